@@ -1,0 +1,60 @@
+//! The top-level provider interface and its capability accessors.
+
+use crate::{Clusters, Instances, InstancesV2, LoadBalancer, PvLabeler, Result, Routes, Zones};
+
+/// A cloud provider: the entry point the controller manager gets from the [`Registry`](crate::Registry).
+///
+/// Each capability accessor returns `Some` when the provider supports it; the controllers that need an
+/// unsupported capability do not start. Providers usually implement the capability traits on the same type
+/// and return `Some(self)`.
+#[async_trait::async_trait]
+pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider's registered name, e.g. `"fake"`; provider IDs of its instances are `"<name>://..."`.
+    fn provider_name(&self) -> &str;
+
+    /// Called once, after the leader lease is won and before any controller starts. The client is the
+    /// controller manager's own; providers may keep a clone to read or watch Kubernetes objects.
+    async fn initialize(&self, client: kube::Client) -> Result<()> {
+        let _ = client;
+        Ok(())
+    }
+
+    /// Load balancers for `type: LoadBalancer` Services.
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        None
+    }
+
+    /// The v1 instances interface (by node name and provider ID).
+    fn instances(&self) -> Option<&dyn Instances> {
+        None
+    }
+
+    /// The v2 instances interface (by Node object); preferred over [`CloudProvider::instances`] when present.
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        None
+    }
+
+    /// Zone and region lookups.
+    fn zones(&self) -> Option<&dyn Zones> {
+        None
+    }
+
+    /// Cluster enumeration.
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        None
+    }
+
+    /// Pod-network routes.
+    fn routes(&self) -> Option<&dyn Routes> {
+        None
+    }
+
+    /// Zone/region labels for PersistentVolumes backed by this cloud's volumes.
+    fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
+        None
+    }
+
+    /// Whether the provider knows which cluster its resources belong to (a cluster ID or tag). A provider
+    /// answering `false` is refused unless the controller manager runs with `--allow-untagged-cloud`.
+    fn has_cluster_id(&self) -> bool;
+}
