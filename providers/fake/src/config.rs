@@ -1,0 +1,664 @@
+//! The fake cloud's YAML cloud-config: parsing, defaults and validation.
+//!
+//! Every field is optional; an empty file (or no file) gives a three-zone cloud with auto-discovery on.
+//! Unknown fields are rejected, and every error names the offending field, e.g.
+//! `invalid fake cloud config: instances[1].zone: "zz" is not a configured zone (fake-region-1a, ...)`.
+//!
+//! ```
+//! use provider_fake::FakeConfig;
+//!
+//! let config = FakeConfig::from_yaml(br#"
+//! region: eu-1
+//! zones: [eu-1a, eu-1b]
+//! instanceTypes: [small, large]
+//! clusterID: demo
+//! instances:
+//!   - name: node-1
+//!     type: large
+//!     zone: eu-1b
+//!     addresses: [{type: InternalIP, address: 10.0.0.1}]
+//! "#).unwrap();
+//! assert_eq!(config.default_instance_type(), "small");
+//! assert!(config.auto_discover);
+//!
+//! let err = FakeConfig::from_yaml(b"zones: [a]\nregoin: x\n").unwrap_err();
+//! assert!(err.to_string().contains("unknown field `regoin`"));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::faults::{FaultSpec, validate_fault};
+use crate::pool::Cidr;
+
+/// The provider name and provider-ID scheme of the fake cloud.
+pub const PROVIDER_NAME: &str = "fake";
+/// The CSI driver whose volumes the fake cloud labels by default.
+pub const DEFAULT_CSI_DRIVER: &str = "fake.csi.cloud";
+/// The default load-balancer IP pool (TEST-NET-2).
+pub const DEFAULT_LOAD_BALANCER_CIDR: &str = "198.51.100.0/24";
+/// The default region.
+pub const DEFAULT_REGION: &str = "fake-region-1";
+/// The default cluster name returned by `Clusters::list_clusters`.
+pub const DEFAULT_CLUSTER_NAME: &str = "kubernetes";
+
+/// Why a cloud-config was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The YAML could not be parsed into the schema (the message names the field and position).
+    #[error("invalid fake cloud config: {0}")]
+    Parse(#[from] serde_yaml::Error),
+    /// A field has a value the fake cloud cannot use.
+    #[error("invalid fake cloud config: {field}: {message}")]
+    Invalid {
+        /// The field path, e.g. `instances[2].zone`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The fake cloud's configuration (the `--cloud-config` file, YAML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FakeConfig {
+    /// The region of every instance (default `fake-region-1`).
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// The zones; default `<region>a`, `<region>b`, `<region>c`. Must not be empty when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<Vec<String>>,
+    /// The known instance types (default `fake.small`, `fake.medium`, `fake.large`).
+    #[serde(default = "default_instance_types")]
+    pub instance_types: Vec<String>,
+    /// The type of instances that do not name one (default: the first of `instanceTypes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_instance_type: Option<String>,
+    /// Whether a node without an explicit instance is a running instance `fake://<node-name>` (default true).
+    #[serde(default = "default_true")]
+    pub auto_discover: bool,
+    /// Explicit instances.
+    #[serde(default)]
+    pub instances: Vec<InstanceConfig>,
+    /// The pool load-balancer ingress IPs come from (default `198.51.100.0/24`).
+    #[serde(rename = "loadBalancerCIDR", default = "default_lb_cidr")]
+    pub load_balancer_cidr: String,
+    /// The cluster ID; without one, `has_cluster_id()` is false (refused unless `--allow-untagged-cloud`).
+    #[serde(rename = "clusterID", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// The cluster name `Clusters::list_clusters` reports (default `kubernetes`).
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    /// What `Clusters::master` returns (default `127.0.0.1`).
+    #[serde(default = "default_master_address")]
+    pub master_address: String,
+    /// Loopback `host:port` of the admin HTTP API, started by `initialize` (port 0 picks a free port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_address: Option<SocketAddr>,
+    /// PersistentVolumes with this CSI driver are volumes of this cloud (default `fake.csi.cloud`).
+    #[serde(default = "default_csi_driver")]
+    pub csi_driver: String,
+    /// Explicit volumes, matched by PersistentVolume name.
+    #[serde(default)]
+    pub volumes: Vec<VolumeConfig>,
+    /// Seed of the fault-injection random streams (default 1).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Faults active from the start, by operation name (or `*`).
+    #[serde(default)]
+    pub faults: BTreeMap<String, FaultSpec>,
+}
+
+/// An explicit instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceConfig {
+    /// The node name of the instance.
+    pub name: String,
+    /// The full provider ID (`fake://<id>`); exclusive with `id`.
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    /// The instance ID (the provider ID is `fake://<id>`); default: the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The instance type (default: the default instance type).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// The zone (default: chosen from the name like an auto-discovered instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The addresses, in order.
+    #[serde(default)]
+    pub addresses: Vec<AddressConfig>,
+    /// The initial state (default `running`).
+    #[serde(default)]
+    pub state: InitialState,
+    /// Extra labels reported in the instance metadata.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl InstanceConfig {
+    /// A running instance with this node name and every other field defaulted.
+    pub fn named(name: impl Into<String>) -> Self {
+        InstanceConfig {
+            name: name.into(),
+            provider_id: None,
+            id: None,
+            instance_type: None,
+            zone: None,
+            addresses: Vec::new(),
+            state: InitialState::Running,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// One address of an explicit instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddressConfig {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS` or `ExternalDNS`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The address.
+    pub address: String,
+}
+
+/// The state an explicit instance starts in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialState {
+    /// Running.
+    #[default]
+    Running,
+    /// Exists but shut down.
+    Stopped,
+    /// Gone (a tombstone: auto-discovery does not bring it back).
+    Terminated,
+}
+
+/// An explicit volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeConfig {
+    /// The PersistentVolume name.
+    pub name: String,
+    /// The zone of the volume.
+    pub zone: String,
+}
+
+fn default_region() -> String {
+    DEFAULT_REGION.to_string()
+}
+fn default_instance_types() -> Vec<String> {
+    ["fake.small", "fake.medium", "fake.large"]
+        .map(String::from)
+        .to_vec()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_lb_cidr() -> String {
+    DEFAULT_LOAD_BALANCER_CIDR.to_string()
+}
+fn default_cluster_name() -> String {
+    DEFAULT_CLUSTER_NAME.to_string()
+}
+fn default_master_address() -> String {
+    "127.0.0.1".to_string()
+}
+fn default_csi_driver() -> String {
+    DEFAULT_CSI_DRIVER.to_string()
+}
+fn default_seed() -> u64 {
+    1
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        FakeConfig {
+            region: default_region(),
+            zones: None,
+            instance_types: default_instance_types(),
+            default_instance_type: None,
+            auto_discover: true,
+            instances: Vec::new(),
+            load_balancer_cidr: default_lb_cidr(),
+            cluster_id: None,
+            cluster_name: default_cluster_name(),
+            master_address: default_master_address(),
+            admin_address: None,
+            csi_driver: default_csi_driver(),
+            volumes: Vec::new(),
+            seed: default_seed(),
+            faults: BTreeMap::new(),
+        }
+    }
+}
+
+const ADDRESS_TYPES: [&str; 5] = [
+    "InternalIP",
+    "ExternalIP",
+    "Hostname",
+    "InternalDNS",
+    "ExternalDNS",
+];
+
+impl FakeConfig {
+    /// Parses and validates a YAML cloud-config. Empty (or whitespace-only) input gives the defaults.
+    pub fn from_yaml(bytes: &[u8]) -> Result<Self, ConfigError> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| ConfigError::invalid("(file)", format!("not UTF-8: {e}")))?;
+        let config: FakeConfig = if text.trim().is_empty() {
+            FakeConfig::default()
+        } else {
+            serde_yaml::from_str(text)?
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The zones in effect (the configured ones or the defaults derived from the region).
+    pub fn effective_zones(&self) -> Vec<String> {
+        match &self.zones {
+            Some(z) => z.clone(),
+            None => ["a", "b", "c"]
+                .iter()
+                .map(|s| format!("{}{s}", self.region))
+                .collect(),
+        }
+    }
+
+    /// The instance type of instances that do not name one.
+    pub fn default_instance_type(&self) -> &str {
+        self.default_instance_type
+            .as_deref()
+            .or(self.instance_types.first().map(String::as_str))
+            .unwrap_or("fake.medium")
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.region.trim().is_empty() {
+            return Err(ConfigError::invalid("region", "must not be empty"));
+        }
+        let zones = self.effective_zones();
+        if zones.is_empty() {
+            return Err(ConfigError::invalid(
+                "zones",
+                "at least one zone is required",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, z) in zones.iter().enumerate() {
+            if z.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("zones[{i}]"),
+                    "must not be empty",
+                ));
+            }
+            if !seen.insert(z) {
+                return Err(ConfigError::invalid(
+                    format!("zones[{i}]"),
+                    format!("duplicate zone {z:?}"),
+                ));
+            }
+        }
+        if self.instance_types.is_empty() {
+            return Err(ConfigError::invalid(
+                "instanceTypes",
+                "at least one instance type is required",
+            ));
+        }
+        if let Some(t) = &self.default_instance_type
+            && !self.instance_types.contains(t)
+        {
+            return Err(ConfigError::invalid(
+                "defaultInstanceType",
+                format!(
+                    "{t:?} is not one of instanceTypes ({})",
+                    self.instance_types.join(", ")
+                ),
+            ));
+        }
+        Cidr::parse(&self.load_balancer_cidr)
+            .map_err(|m| ConfigError::invalid("loadBalancerCIDR", m))?;
+        if let Some(id) = &self.cluster_id
+            && id.trim().is_empty()
+        {
+            return Err(ConfigError::invalid(
+                "clusterID",
+                "must not be empty when given",
+            ));
+        }
+        if self.cluster_name.trim().is_empty() {
+            return Err(ConfigError::invalid("clusterName", "must not be empty"));
+        }
+        if let Some(addr) = self.admin_address
+            && !addr.ip().is_loopback()
+        {
+            return Err(ConfigError::invalid(
+                "adminAddress",
+                format!("{addr} is not a loopback address (use 127.0.0.1 or [::1])"),
+            ));
+        }
+        if self.csi_driver.trim().is_empty() {
+            return Err(ConfigError::invalid("csiDriver", "must not be empty"));
+        }
+        let mut volume_names = BTreeSet::new();
+        for (i, v) in self.volumes.iter().enumerate() {
+            if v.name.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("volumes[{i}].name"),
+                    "must not be empty",
+                ));
+            }
+            if !volume_names.insert(&v.name) {
+                return Err(ConfigError::invalid(
+                    format!("volumes[{i}].name"),
+                    format!("duplicate volume {:?}", v.name),
+                ));
+            }
+            check_zone(&zones, &v.zone, &format!("volumes[{i}].zone"))?;
+        }
+        for (op, spec) in &self.faults {
+            validate_fault(op, spec)
+                .map_err(|m| ConfigError::invalid(format!("faults.{op}"), m))?;
+        }
+        let mut names = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        for (i, inst) in self.instances.iter().enumerate() {
+            let id = self.validate_instance(inst, &zones, &format!("instances[{i}]"))?;
+            if !names.insert(inst.name.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("instances[{i}].name"),
+                    format!("duplicate instance name {:?}", inst.name),
+                ));
+            }
+            if !ids.insert(id.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("instances[{i}]"),
+                    format!("duplicate instance ID {id:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates one instance (at `field`) and returns its instance ID.
+    pub(crate) fn validate_instance(
+        &self,
+        inst: &InstanceConfig,
+        zones: &[String],
+        field: &str,
+    ) -> Result<String, ConfigError> {
+        if inst.name.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{field}.name"),
+                "must not be empty",
+            ));
+        }
+        let id = match (&inst.provider_id, &inst.id) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    format!("{field}.providerID"),
+                    "give either providerID or id, not both",
+                ));
+            }
+            (Some(pid), None) => {
+                cloud_provider::ProviderId::parse_for(PROVIDER_NAME, pid)
+                    .map_err(|e| {
+                        ConfigError::invalid(format!("{field}.providerID"), e.to_string())
+                    })?
+                    .instance
+            }
+            (None, Some(id)) => {
+                if id.trim().is_empty() {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.id"),
+                        "must not be empty",
+                    ));
+                }
+                id.clone()
+            }
+            (None, None) => inst.name.clone(),
+        };
+        if let Some(t) = &inst.instance_type
+            && !self.instance_types.contains(t)
+        {
+            return Err(ConfigError::invalid(
+                format!("{field}.type"),
+                format!(
+                    "{t:?} is not one of instanceTypes ({})",
+                    self.instance_types.join(", ")
+                ),
+            ));
+        }
+        if let Some(z) = &inst.zone {
+            check_zone(zones, z, &format!("{field}.zone"))?;
+        }
+        for (j, a) in inst.addresses.iter().enumerate() {
+            let af = format!("{field}.addresses[{j}]");
+            if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
+                return Err(ConfigError::invalid(
+                    format!("{af}.type"),
+                    format!("{:?} is not one of {}", a.type_, ADDRESS_TYPES.join(", ")),
+                ));
+            }
+            if a.address.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("{af}.address"),
+                    "must not be empty",
+                ));
+            }
+            if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
+                return Err(ConfigError::invalid(
+                    format!("{af}.address"),
+                    format!("{:?} is not an IP address", a.address),
+                ));
+            }
+        }
+        Ok(id)
+    }
+}
+
+fn check_zone(zones: &[String], zone: &str, field: &str) -> Result<(), ConfigError> {
+    if zones.iter().any(|z| z == zone) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            field,
+            format!("{zone:?} is not a configured zone ({})", zones.join(", ")),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(yaml: &str) -> String {
+        FakeConfig::from_yaml(yaml.as_bytes())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn empty_gives_defaults() {
+        let c = FakeConfig::from_yaml(b"  \n").unwrap();
+        assert_eq!(c, FakeConfig::default());
+        assert_eq!(
+            c.effective_zones(),
+            vec!["fake-region-1a", "fake-region-1b", "fake-region-1c"]
+        );
+        assert_eq!(c.default_instance_type(), "fake.small");
+        assert!(c.auto_discover);
+        assert_eq!(c.load_balancer_cidr, "198.51.100.0/24");
+        assert!(c.cluster_id.is_none());
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c = FakeConfig::from_yaml(
+            br#"
+region: r1
+zones: [z1, z2]
+instanceTypes: [t1, t2]
+defaultInstanceType: t2
+autoDiscover: false
+loadBalancerCIDR: 10.9.0.0/29
+clusterID: c-1
+clusterName: prod
+adminAddress: 127.0.0.1:0
+csiDriver: disks.example
+volumes: [{name: pv-1, zone: z2}]
+seed: 7
+faults:
+  ensure_load_balancer: {errorRate: 0.5, kind: retry, retryAfterMs: 250}
+  "*": {latencyMs: 5}
+instances:
+  - name: n1
+    providerID: fake://i-1
+    type: t1
+    zone: z1
+    state: stopped
+    labels: {team: a}
+    addresses:
+      - {type: InternalIP, address: 10.0.0.1}
+      - {type: Hostname, address: n1}
+  - name: n2
+    id: i-2
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.default_instance_type(), "t2");
+        assert!(!c.auto_discover);
+        assert_eq!(c.instances.len(), 2);
+        assert_eq!(c.instances[0].state, InitialState::Stopped);
+        assert_eq!(c.instances[1].id.as_deref(), Some("i-2"));
+        assert_eq!(c.faults.len(), 2);
+        assert_eq!(c.admin_address.map(|a| a.port()), Some(0));
+    }
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let m = err("regoin: x\n");
+        assert!(m.contains("unknown field `regoin`"), "{m}");
+        let m = err("instances:\n  - name: a\n    typ: x\n");
+        assert!(
+            m.contains("instances[0]") && m.contains("unknown field `typ`"),
+            "{m}"
+        );
+        let m = err("instances:\n  - name: a\n    state: sleeping\n");
+        assert!(
+            m.contains("instances[0].state") && m.contains("sleeping"),
+            "{m}"
+        );
+        let m = err("autoDiscover: maybe\n");
+        assert!(m.contains("autoDiscover"), "{m}");
+        let m = err("instances:\n  - id: x\n");
+        assert!(
+            m.contains("instances[0]") && m.contains("missing field `name`"),
+            "{m}"
+        );
+        let m =
+            err("instances:\n  - name: a\n    addresses: [{type: InternalIP, addr: 1.2.3.4}]\n");
+        assert!(m.contains("unknown field `addr`"), "{m}");
+        let m = err("faults:\n  create_route: {errorRate: 0.1, kind: explode}\n");
+        assert!(
+            m.contains("faults.create_route.kind") || m.contains("explode"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn validation_errors_name_the_field() {
+        let cases = [
+            ("zones: []\n", "zones: at least one zone"),
+            ("zones: [a, a]\n", "zones[1]: duplicate zone"),
+            ("region: ''\n", "region: must not be empty"),
+            ("instanceTypes: []\n", "instanceTypes: at least one"),
+            (
+                "defaultInstanceType: huge\n",
+                "defaultInstanceType: \"huge\" is not one of",
+            ),
+            ("loadBalancerCIDR: 10.0.0.0/33\n", "loadBalancerCIDR:"),
+            ("loadBalancerCIDR: banana\n", "loadBalancerCIDR:"),
+            (
+                "adminAddress: 0.0.0.0:9000\n",
+                "adminAddress: 0.0.0.0:9000 is not a loopback",
+            ),
+            ("clusterID: ''\n", "clusterID: must not be empty"),
+            (
+                "volumes: [{name: v, zone: nowhere}]\n",
+                "volumes[0].zone: \"nowhere\" is not a configured zone",
+            ),
+            (
+                "faults: {no_such_op: {errorRate: 0.1}}\n",
+                "faults.no_such_op: unknown operation",
+            ),
+            (
+                "faults: {create_route: {errorRate: 1.5}}\n",
+                "faults.create_route: errorRate",
+            ),
+            (
+                "instances: [{name: a, zone: nowhere}]\n",
+                "instances[0].zone: \"nowhere\" is not a configured zone",
+            ),
+            (
+                "instances: [{name: a, type: huge}]\n",
+                "instances[0].type: \"huge\" is not one of",
+            ),
+            (
+                "instances: [{name: a, providerID: 'aws://x'}]\n",
+                "instances[0].providerID:",
+            ),
+            (
+                "instances: [{name: a, providerID: 'x'}]\n",
+                "instances[0].providerID:",
+            ),
+            (
+                "instances: [{name: a, providerID: 'fake://x', id: x}]\n",
+                "instances[0].providerID: give either",
+            ),
+            (
+                "instances: [{name: a}, {name: a, id: b}]\n",
+                "instances[1].name: duplicate instance name",
+            ),
+            (
+                "instances: [{name: a}, {name: b, id: a}]\n",
+                "instances[1]: duplicate instance ID",
+            ),
+            (
+                "instances: [{name: a, addresses: [{type: Public, address: x}]}]\n",
+                "instances[0].addresses[0].type",
+            ),
+            (
+                "instances: [{name: a, addresses: [{type: InternalIP, address: x}]}]\n",
+                "instances[0].addresses[0].address: \"x\" is not an IP",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let m = err(yaml);
+            assert!(m.starts_with("invalid fake cloud config: "), "{yaml}: {m}");
+            assert!(m.contains(want), "{yaml}: got {m:?}, want {want:?}");
+        }
+    }
+}

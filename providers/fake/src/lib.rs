@@ -1,0 +1,81 @@
+//! An in-memory, controllable cloud for tests, the demo and end-to-end runs (`--cloud-provider=fake`).
+//!
+//! [`FakeCloud`] implements every capability of the provider contract: [`InstancesV2`](cloud_provider::InstancesV2)
+//! (with single-call bulk lookups) and the v1 [`Instances`](cloud_provider::Instances),
+//! [`Zones`](cloud_provider::Zones), [`LoadBalancer`](cloud_provider::LoadBalancer),
+//! [`Routes`](cloud_provider::Routes), [`Clusters`](cloud_provider::Clusters) and
+//! [`PvLabeler`](cloud_provider::PvLabeler).
+//!
+//! - Instances come from the cloud-config ([`FakeConfig`]) and, with `autoDiscover` (the default), from the
+//!   nodes themselves: a node without an explicit instance is a running instance `fake://<node-name>` in a
+//!   zone picked from its name by a stable hash, reporting the node's kubelet addresses. Terminated
+//!   instances stay gone.
+//! - Load balancers are keyed by the default load-balancer name of their Service; ingress IPs come from a
+//!   CIDR pool (default `198.51.100.0/24`) and go back to it on delete.
+//! - Routes live in a table; a route whose target instance is gone is reported as a blackhole.
+//! - Faults: per operation (or `*`) an error rate drawn from a seeded random stream, an error kind
+//!   (provider error, retry after a delay, not found) and a fixed latency; every call is counted.
+//! - Control: [`FakeControl`] in-process, or the admin HTTP API ([`FakeCloud::serve_admin`], started by
+//!   `initialize` when `adminAddress` is configured). See `providers/fake/README.md`.
+//!
+//! All state sits behind one mutex and every listing is sorted, so the cloud is thread-safe and deterministic.
+//!
+//! ```
+//! use cloud_provider::Registry;
+//!
+//! let mut registry = Registry::new();
+//! provider_fake::register(&mut registry);
+//! let cloud = registry.init("fake", Some(b"clusterID: demo")).unwrap();
+//! assert_eq!(cloud.provider_name(), "fake");
+//! assert!(cloud.has_cluster_id());
+//! assert!(cloud.routes().is_some());
+//! ```
+
+mod admin;
+mod cloud;
+mod config;
+mod control;
+mod faults;
+mod pool;
+mod state;
+
+use std::sync::Arc;
+
+use cloud_provider::{CloudProvider, Registry, RegistryError};
+
+pub use admin::{AdminError, FaultRequest, router as admin_router};
+pub use cloud::{FakeCloud, provider_id_of};
+pub use config::{
+    AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER,
+    DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,
+    PROVIDER_NAME, VolumeConfig,
+};
+pub use control::{ControlError, FakeControl};
+pub use faults::{ALL_OPERATIONS, FaultKind, FaultSpec, NOT_FOUND_OPERATIONS, OPERATIONS};
+pub use pool::{Cidr, IpPool, PoolError};
+pub use state::{
+    CloudSnapshot, InstanceRecord, LoadBalancerPort, LoadBalancerRecord, PowerState, RouteRecord,
+};
+
+/// Registers the fake cloud under the name `fake`, or fails if that name is taken.
+pub fn try_register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register_fn(PROVIDER_NAME, |config| {
+        let cloud = FakeCloud::from_yaml(config.unwrap_or_default())?;
+        Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
+    })
+}
+
+/// Registers the fake cloud under the name `fake`.
+///
+/// # Panics
+///
+/// When a provider named `fake` is already registered: registering a name twice is a programming error
+/// (use [`try_register`] to handle it).
+pub fn register(registry: &mut Registry) {
+    if let Err(e) = try_register(registry) {
+        panic!("registering the fake cloud provider: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,866 @@
+//! The fake cloud's in-memory state and the operations on it. Everything here is synchronous and runs under
+//! the cloud's mutex; latency is applied by the caller outside the lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use cloud_provider::{CloudError, ProviderId, default_load_balancer_name, node_address};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, Service,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{FakeConfig, InitialState, InstanceConfig, PROVIDER_NAME};
+use crate::control::ControlError;
+use crate::faults::{ALL_OPERATIONS, FaultKind, FaultSpec, Rng, stable_hash, validate_fault};
+use crate::pool::{Cidr, IpPool};
+
+/// Whether an instance is running or shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerState {
+    /// Running.
+    Running,
+    /// Exists but shut down.
+    Stopped,
+}
+
+/// An instance of the fake cloud, as the control surface reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceRecord {
+    /// The node name.
+    pub name: String,
+    /// The instance ID.
+    pub id: String,
+    /// `fake://<id>`.
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    /// The instance type.
+    #[serde(rename = "type")]
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// The region.
+    pub region: String,
+    /// Running or stopped.
+    pub state: PowerState,
+    /// The addresses, in order.
+    pub addresses: Vec<NodeAddress>,
+    /// Extra labels reported in the metadata.
+    pub labels: BTreeMap<String, String>,
+    /// True when the instance was created by auto-discovery from a node.
+    pub auto_discovered: bool,
+}
+
+/// One port of a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerPort {
+    /// The Service port name.
+    pub name: Option<String>,
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+    /// The front-end port.
+    pub port: i32,
+    /// The node port traffic goes to.
+    pub node_port: Option<i32>,
+}
+
+/// A load balancer of the fake cloud.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerRecord {
+    /// The cloud name (the default load-balancer name of the Service).
+    pub name: String,
+    /// The cluster name given by the controller.
+    pub cluster: String,
+    /// `namespace/name` of the Service.
+    pub service: String,
+    /// The Service UID.
+    pub service_uid: String,
+    /// The ingress IP.
+    pub ip: String,
+    /// The ports, in Service order.
+    pub ports: Vec<LoadBalancerPort>,
+    /// The backend node names, sorted.
+    pub nodes: Vec<String>,
+    /// How many times `ensure_load_balancer` succeeded for it.
+    pub ensure_count: u64,
+    /// How many times `update_load_balancer` succeeded for it.
+    pub update_count: u64,
+}
+
+/// A route of the fake cloud.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteRecord {
+    /// The route name (`<cluster>-<name hint>`).
+    pub name: String,
+    /// The cluster name given by the controller.
+    pub cluster: String,
+    /// The target node.
+    pub target_node: String,
+    /// The destination CIDR.
+    #[serde(rename = "destinationCIDR")]
+    pub destination_cidr: String,
+    /// The target node's addresses given at creation.
+    pub target_node_addresses: Vec<NodeAddress>,
+    /// True when the target node's instance is gone.
+    pub blackhole: bool,
+}
+
+/// Everything the fake cloud holds, as `GET /state` and `FakeControl::state` report it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudSnapshot {
+    /// The region.
+    pub region: String,
+    /// The zones.
+    pub zones: Vec<String>,
+    /// The cluster name.
+    pub cluster_name: String,
+    /// The cluster ID, if configured.
+    #[serde(rename = "clusterID")]
+    pub cluster_id: Option<String>,
+    /// Whether auto-discovery is on.
+    pub auto_discover: bool,
+    /// The load-balancer IP pool.
+    #[serde(rename = "loadBalancerCIDR")]
+    pub load_balancer_cidr: String,
+    /// Instances, by instance ID order.
+    pub instances: Vec<InstanceRecord>,
+    /// Names of terminated instances (auto-discovery does not bring them back).
+    pub terminated: Vec<String>,
+    /// Load balancers, by name.
+    pub load_balancers: Vec<LoadBalancerRecord>,
+    /// Routes, by name.
+    pub routes: Vec<RouteRecord>,
+    /// Active faults, by operation.
+    pub faults: BTreeMap<String, FaultSpec>,
+    /// Calls per operation.
+    pub calls: BTreeMap<String, u64>,
+}
+
+/// An injected failure decided by [`State::gate`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Injected {
+    Provider,
+    Retry(Duration),
+    NotFound,
+}
+
+impl Injected {
+    /// The error for this failure; `not_found` is what a missing object means for the operation.
+    pub(crate) fn error(self, op: &str, not_found: CloudError) -> CloudError {
+        match self {
+            Injected::Provider => CloudError::provider(format!("injected fault in {op}")),
+            Injected::Retry(after) => CloudError::retry(format!("injected retry in {op}"), after),
+            Injected::NotFound => not_found,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    name: String,
+    id: String,
+    instance_type: String,
+    zone: String,
+    running: bool,
+    addresses: Vec<NodeAddress>,
+    labels: BTreeMap<String, String>,
+    auto: bool,
+}
+
+/// The mutable state of one fake cloud.
+#[derive(Debug)]
+pub(crate) struct State {
+    instances: BTreeMap<String, Instance>,
+    by_name: BTreeMap<String, String>,
+    dead_ids: BTreeSet<String>,
+    dead_names: BTreeSet<String>,
+    lbs: BTreeMap<String, LoadBalancerRecord>,
+    pool: IpPool,
+    routes: BTreeMap<String, RouteRecord>,
+    faults: BTreeMap<String, FaultSpec>,
+    streams: BTreeMap<String, Rng>,
+    calls: BTreeMap<String, u64>,
+    seed: u64,
+}
+
+fn node_name(node: &Node) -> Result<&str, CloudError> {
+    node.metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| CloudError::provider("node has no name"))
+}
+
+fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
+fn parse_fake_id(provider_id: &str) -> Result<String, CloudError> {
+    ProviderId::parse_for(PROVIDER_NAME, provider_id)
+        .map(|p| p.instance)
+        .map_err(|e| CloudError::provider_with("not a fake cloud provider ID", e))
+}
+
+impl State {
+    /// Builds the initial state from a validated config.
+    pub(crate) fn new(cfg: &FakeConfig) -> Result<Self, crate::ConfigError> {
+        let cidr = Cidr::parse(&cfg.load_balancer_cidr)
+            .map_err(|m| crate::ConfigError::invalid("loadBalancerCIDR", m))?;
+        let mut st = State {
+            instances: BTreeMap::new(),
+            by_name: BTreeMap::new(),
+            dead_ids: BTreeSet::new(),
+            dead_names: BTreeSet::new(),
+            lbs: BTreeMap::new(),
+            pool: IpPool::new(cidr),
+            routes: BTreeMap::new(),
+            faults: cfg.faults.clone(),
+            streams: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            seed: cfg.seed,
+        };
+        for (i, inst) in cfg.instances.iter().enumerate() {
+            st.add_instance(cfg, inst.clone()).map_err(|e| {
+                crate::ConfigError::invalid(format!("instances[{i}]"), e.to_string())
+            })?;
+        }
+        Ok(st)
+    }
+
+    // ---- faults and counters ----
+
+    /// Counts a call of `op` and decides its latency and whether it fails.
+    pub(crate) fn gate(&mut self, op: &str) -> (Duration, Option<Injected>) {
+        *self.calls.entry(op.to_string()).or_default() += 1;
+        let Some(spec) = self
+            .faults
+            .get(op)
+            .or_else(|| self.faults.get(ALL_OPERATIONS))
+            .copied()
+        else {
+            return (Duration::ZERO, None);
+        };
+        let latency = Duration::from_millis(spec.latency_ms);
+        if spec.error_rate <= 0.0 {
+            return (latency, None);
+        }
+        let seed = self.seed ^ stable_hash(op);
+        let draw = self
+            .streams
+            .entry(op.to_string())
+            .or_insert_with(|| Rng::new(seed))
+            .next_f64();
+        if draw >= spec.error_rate {
+            return (latency, None);
+        }
+        let injected = match spec.kind {
+            FaultKind::Provider => Injected::Provider,
+            FaultKind::Retry => Injected::Retry(Duration::from_millis(spec.retry_after_ms)),
+            FaultKind::NotFound => Injected::NotFound,
+        };
+        (latency, Some(injected))
+    }
+
+    pub(crate) fn set_fault(&mut self, op: &str, spec: FaultSpec) -> Result<(), ControlError> {
+        validate_fault(op, &spec).map_err(ControlError::Invalid)?;
+        self.faults.insert(op.to_string(), spec);
+        Ok(())
+    }
+
+    pub(crate) fn clear_fault(&mut self, op: &str) -> bool {
+        self.faults.remove(op).is_some()
+    }
+
+    pub(crate) fn clear_faults(&mut self) {
+        self.faults.clear();
+    }
+
+    pub(crate) fn faults(&self) -> BTreeMap<String, FaultSpec> {
+        self.faults.clone()
+    }
+
+    pub(crate) fn calls(&self) -> BTreeMap<String, u64> {
+        self.calls.clone()
+    }
+
+    pub(crate) fn reset_calls(&mut self) {
+        self.calls.clear();
+    }
+
+    // ---- instances ----
+
+    fn auto_zone(cfg: &FakeConfig, key: &str) -> String {
+        let zones = cfg.effective_zones();
+        let n = zones.len().max(1) as u64;
+        let idx = usize::try_from(stable_hash(key) % n).unwrap_or(0);
+        zones.get(idx).cloned().unwrap_or_default()
+    }
+
+    fn record(cfg: &FakeConfig, i: &Instance) -> InstanceRecord {
+        InstanceRecord {
+            name: i.name.clone(),
+            id: i.id.clone(),
+            provider_id: ProviderId::new(PROVIDER_NAME, &i.id).to_string(),
+            instance_type: i.instance_type.clone(),
+            zone: i.zone.clone(),
+            region: cfg.region.clone(),
+            state: if i.running {
+                PowerState::Running
+            } else {
+                PowerState::Stopped
+            },
+            addresses: i.addresses.clone(),
+            labels: i.labels.clone(),
+            auto_discovered: i.auto,
+        }
+    }
+
+    fn insert(&mut self, inst: Instance) {
+        self.dead_ids.remove(&inst.id);
+        self.dead_names.remove(&inst.name);
+        self.by_name.insert(inst.name.clone(), inst.id.clone());
+        self.instances.insert(inst.id.clone(), inst);
+    }
+
+    /// Creates an auto-discovered running instance.
+    fn discover(
+        &mut self,
+        cfg: &FakeConfig,
+        id: &str,
+        name: &str,
+        addresses: &[NodeAddress],
+    ) -> String {
+        let inst = Instance {
+            name: name.to_string(),
+            id: id.to_string(),
+            instance_type: cfg.default_instance_type().to_string(),
+            zone: Self::auto_zone(cfg, name),
+            running: true,
+            addresses: addresses.to_vec(),
+            labels: BTreeMap::new(),
+            auto: true,
+        };
+        tracing::debug!(node = name, instance = id, zone = %inst.zone, "fake cloud discovered an instance");
+        self.insert(inst);
+        id.to_string()
+    }
+
+    /// The instance ID of a node, discovering it when allowed; `None` when the instance is gone.
+    pub(crate) fn resolve_node(
+        &mut self,
+        cfg: &FakeConfig,
+        node: &Node,
+    ) -> Result<Option<String>, CloudError> {
+        let name = node_name(node)?;
+        let addresses = cloud_provider::node_addresses_of(node);
+        let id = match node_provider_id(node) {
+            Some(pid) => {
+                let id = parse_fake_id(pid)?;
+                if self.instances.contains_key(&id) {
+                    Some(id)
+                } else if self.dead_ids.contains(&id)
+                    || !cfg.auto_discover
+                    || self.by_name.contains_key(name)
+                {
+                    // Gone, not discoverable, or the node's name belongs to another instance.
+                    None
+                } else {
+                    Some(self.discover(cfg, &id, name, addresses))
+                }
+            }
+            None => match self.by_name.get(name) {
+                Some(id) => Some(id.clone()),
+                None if self.dead_names.contains(name) || !cfg.auto_discover => None,
+                None => Some(self.discover(cfg, name, name, addresses)),
+            },
+        };
+        // Auto-discovered instances follow the kubelet-reported addresses.
+        if let Some(inst) = id.as_ref().and_then(|id| self.instances.get_mut(id))
+            && inst.auto
+            && !addresses.is_empty()
+            && inst.addresses != addresses
+        {
+            inst.addresses = addresses.to_vec();
+        }
+        Ok(id)
+    }
+
+    /// The instance ID of a node name, discovering it when allowed.
+    pub(crate) fn resolve_name(&mut self, cfg: &FakeConfig, name: &str) -> Option<String> {
+        if let Some(id) = self.by_name.get(name) {
+            return Some(id.clone());
+        }
+        if name.is_empty() || self.dead_names.contains(name) || !cfg.auto_discover {
+            return None;
+        }
+        Some(self.discover(cfg, name, name, &[]))
+    }
+
+    /// The instance ID of a provider ID, discovering it when allowed.
+    pub(crate) fn resolve_provider_id(
+        &mut self,
+        cfg: &FakeConfig,
+        provider_id: &str,
+    ) -> Result<Option<String>, CloudError> {
+        let id = parse_fake_id(provider_id)?;
+        if self.instances.contains_key(&id) {
+            return Ok(Some(id));
+        }
+        if self.dead_ids.contains(&id) || !cfg.auto_discover || self.by_name.contains_key(&id) {
+            return Ok(None);
+        }
+        Ok(Some(self.discover(cfg, &id, &id, &[])))
+    }
+
+    /// The instance with this ID, as a record.
+    pub(crate) fn instance(&self, cfg: &FakeConfig, id: &str) -> Option<InstanceRecord> {
+        self.instances.get(id).map(|i| Self::record(cfg, i))
+    }
+
+    /// Looks an instance up by node name, then by instance ID.
+    pub(crate) fn find(&self, cfg: &FakeConfig, name_or_id: &str) -> Option<InstanceRecord> {
+        let id = self
+            .by_name
+            .get(name_or_id)
+            .map(String::as_str)
+            .unwrap_or(name_or_id);
+        self.instance(cfg, id)
+    }
+
+    fn find_id(&self, name_or_id: &str) -> Result<String, ControlError> {
+        if let Some(id) = self.by_name.get(name_or_id) {
+            return Ok(id.clone());
+        }
+        if self.instances.contains_key(name_or_id) {
+            return Ok(name_or_id.to_string());
+        }
+        if self.dead_names.contains(name_or_id) || self.dead_ids.contains(name_or_id) {
+            return Err(ControlError::NotFound(format!(
+                "instance {name_or_id:?} is terminated"
+            )));
+        }
+        Err(ControlError::NotFound(format!(
+            "no instance named {name_or_id:?}"
+        )))
+    }
+
+    pub(crate) fn add_instance(
+        &mut self,
+        cfg: &FakeConfig,
+        inst: InstanceConfig,
+    ) -> Result<InstanceRecord, ControlError> {
+        let zones = cfg.effective_zones();
+        let id = cfg
+            .validate_instance(&inst, &zones, "instance")
+            .map_err(|e| ControlError::Invalid(e.to_string()))?;
+        if self.by_name.contains_key(&inst.name) {
+            return Err(ControlError::AlreadyExists(format!(
+                "instance named {:?}",
+                inst.name
+            )));
+        }
+        if self.instances.contains_key(&id) {
+            return Err(ControlError::AlreadyExists(format!("instance ID {id:?}")));
+        }
+        let record_zone = inst
+            .zone
+            .clone()
+            .unwrap_or_else(|| Self::auto_zone(cfg, &inst.name));
+        let instance = Instance {
+            name: inst.name.clone(),
+            id: id.clone(),
+            instance_type: inst
+                .instance_type
+                .clone()
+                .unwrap_or_else(|| cfg.default_instance_type().to_string()),
+            zone: record_zone,
+            running: inst.state == InitialState::Running,
+            addresses: inst
+                .addresses
+                .iter()
+                .map(|a| node_address(&a.type_, &a.address))
+                .collect(),
+            labels: inst.labels.clone(),
+            auto: false,
+        };
+        let record = Self::record(cfg, &instance);
+        if inst.state == InitialState::Terminated {
+            // Present in the config only as a tombstone.
+            self.by_name.remove(&inst.name);
+            self.dead_ids.insert(id);
+            self.dead_names.insert(inst.name);
+        } else {
+            self.insert(instance);
+        }
+        Ok(record)
+    }
+
+    pub(crate) fn set_running(
+        &mut self,
+        cfg: &FakeConfig,
+        name_or_id: &str,
+        running: bool,
+    ) -> Result<InstanceRecord, ControlError> {
+        let id = self.find_id(name_or_id)?;
+        let inst = self
+            .instances
+            .get_mut(&id)
+            .ok_or_else(|| ControlError::NotFound(format!("no instance {id:?}")))?;
+        inst.running = running;
+        Ok(Self::record(cfg, inst))
+    }
+
+    pub(crate) fn terminate(
+        &mut self,
+        cfg: &FakeConfig,
+        name_or_id: &str,
+    ) -> Result<InstanceRecord, ControlError> {
+        let id = self.find_id(name_or_id)?;
+        let inst = self
+            .instances
+            .remove(&id)
+            .ok_or_else(|| ControlError::NotFound(format!("no instance {id:?}")))?;
+        self.by_name.remove(&inst.name);
+        self.dead_ids.insert(inst.id.clone());
+        self.dead_names.insert(inst.name.clone());
+        Ok(Self::record(cfg, &inst))
+    }
+
+    /// Whether the instance with this ID is running (`None` = unknown).
+    pub(crate) fn is_running(&self, id: &str) -> Option<bool> {
+        self.instances.get(id).map(|i| i.running)
+    }
+
+    /// The node name of the machine with this hostname.
+    pub(crate) fn node_name_for_hostname(&self, hostname: &str) -> String {
+        self.instances
+            .values()
+            .find(|i| {
+                i.addresses
+                    .iter()
+                    .any(|a| a.type_ == cloud_provider::ADDRESS_HOSTNAME && a.address == hostname)
+            })
+            .map(|i| i.name.clone())
+            .unwrap_or_else(|| hostname.to_string())
+    }
+
+    // ---- load balancers ----
+
+    fn service_key(service: &Service) -> String {
+        format!(
+            "{}/{}",
+            service.metadata.namespace.as_deref().unwrap_or("default"),
+            service.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+
+    fn lb_name(service: &Service) -> Result<String, CloudError> {
+        match service.metadata.uid.as_deref() {
+            Some(uid) if !uid.is_empty() => Ok(default_load_balancer_name(service)),
+            _ => Err(CloudError::provider(format!(
+                "service {} has no UID, so its load balancer has no name",
+                Self::service_key(service)
+            ))),
+        }
+    }
+
+    fn status_of(ip: &str) -> LoadBalancerStatus {
+        LoadBalancerStatus {
+            ingress: Some(vec![LoadBalancerIngress {
+                ip: Some(ip.to_string()),
+                ip_mode: Some("VIP".to_string()),
+                ..Default::default()
+            }]),
+        }
+    }
+
+    fn ports_of(service: &Service) -> Vec<LoadBalancerPort> {
+        service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .map(|ports| {
+                ports
+                    .iter()
+                    .map(|p| LoadBalancerPort {
+                        name: p.name.clone(),
+                        protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+                        port: p.port,
+                        node_port: p.node_port,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn node_names(nodes: &[Node]) -> Vec<String> {
+        let set: BTreeSet<String> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        set.into_iter().collect()
+    }
+
+    fn requested_ip(service: &Service) -> Result<Option<IpAddr>, CloudError> {
+        match service
+            .spec
+            .as_ref()
+            .and_then(|s| s.load_balancer_ip.as_deref())
+            .filter(|s| !s.is_empty())
+        {
+            None => Ok(None),
+            Some(raw) => raw.parse().map(Some).map_err(|_| {
+                CloudError::provider(format!(
+                    "service {} requests loadBalancerIP {raw:?}, which is not an IP address",
+                    Self::service_key(service)
+                ))
+            }),
+        }
+    }
+
+    pub(crate) fn get_lb(
+        &self,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>, CloudError> {
+        let name = Self::lb_name(service)?;
+        Ok(self.lbs.get(&name).map(|lb| Self::status_of(&lb.ip)))
+    }
+
+    pub(crate) fn ensure_lb(
+        &mut self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus, CloudError> {
+        let name = Self::lb_name(service)?;
+        let requested = Self::requested_ip(service)?;
+        let pool_err = |e: crate::pool::PoolError| CloudError::provider(e.to_string());
+        let ip = match self.lbs.get(&name) {
+            Some(lb) => {
+                let current: Option<IpAddr> = lb.ip.parse().ok();
+                match requested {
+                    Some(want) if Some(want) != current => {
+                        let ip = self.pool.allocate_specific(want).map_err(pool_err)?;
+                        if let Some(old) = current {
+                            self.pool.release(old);
+                        }
+                        ip.to_string()
+                    }
+                    _ => lb.ip.clone(),
+                }
+            }
+            None => match requested {
+                Some(want) => self
+                    .pool
+                    .allocate_specific(want)
+                    .map_err(pool_err)?
+                    .to_string(),
+                None => self.pool.allocate().map_err(pool_err)?.to_string(),
+            },
+        };
+        let record = self
+            .lbs
+            .entry(name.clone())
+            .or_insert_with(|| LoadBalancerRecord {
+                name: name.clone(),
+                cluster: cluster.to_string(),
+                service: Self::service_key(service),
+                service_uid: service.metadata.uid.clone().unwrap_or_default(),
+                ip: ip.clone(),
+                ports: Vec::new(),
+                nodes: Vec::new(),
+                ensure_count: 0,
+                update_count: 0,
+            });
+        record.ip = ip.clone();
+        record.cluster = cluster.to_string();
+        record.service = Self::service_key(service);
+        record.ports = Self::ports_of(service);
+        record.nodes = Self::node_names(nodes);
+        record.ensure_count += 1;
+        Ok(Self::status_of(&ip))
+    }
+
+    pub(crate) fn update_lb(
+        &mut self,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), CloudError> {
+        let name = Self::lb_name(service)?;
+        let record = self.lbs.get_mut(&name).ok_or_else(|| {
+            CloudError::provider(format!(
+                "load balancer {name} of service {} does not exist",
+                Self::service_key(service)
+            ))
+        })?;
+        record.nodes = Self::node_names(nodes);
+        record.update_count += 1;
+        Ok(())
+    }
+
+    pub(crate) fn delete_lb(&mut self, service: &Service) -> Result<(), CloudError> {
+        let name = Self::lb_name(service)?;
+        if let Some(lb) = self.lbs.remove(&name)
+            && let Ok(ip) = lb.ip.parse::<IpAddr>()
+        {
+            self.pool.release(ip);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn load_balancers(&self) -> Vec<LoadBalancerRecord> {
+        self.lbs.values().cloned().collect()
+    }
+
+    // ---- routes ----
+
+    fn is_blackhole(&self, cfg: &FakeConfig, target: &str) -> bool {
+        if self.by_name.contains_key(target) {
+            return false;
+        }
+        self.dead_names.contains(target) || !cfg.auto_discover
+    }
+
+    fn with_blackhole(&self, cfg: &FakeConfig, r: &RouteRecord) -> RouteRecord {
+        let mut r = r.clone();
+        r.blackhole = self.is_blackhole(cfg, &r.target_node);
+        r
+    }
+
+    pub(crate) fn list_routes(
+        &self,
+        cfg: &FakeConfig,
+        cluster: &str,
+    ) -> Vec<cloud_provider::Route> {
+        self.routes
+            .values()
+            .filter(|r| r.cluster == cluster)
+            .map(|r| cloud_provider::Route {
+                name: r.name.clone(),
+                target_node: r.target_node.clone(),
+                target_node_addresses: r.target_node_addresses.clone(),
+                destination_cidr: r.destination_cidr.clone(),
+                blackhole: self.is_blackhole(cfg, &r.target_node),
+            })
+            .collect()
+    }
+
+    pub(crate) fn create_route(
+        &mut self,
+        cluster: &str,
+        name_hint: &str,
+        route: &cloud_provider::Route,
+    ) -> Result<(), CloudError> {
+        if name_hint.is_empty() {
+            return Err(CloudError::provider("create route: empty name hint"));
+        }
+        if route.target_node.is_empty() {
+            return Err(CloudError::provider("create route: empty target node"));
+        }
+        Cidr::parse(&route.destination_cidr)
+            .map_err(|m| CloudError::provider(format!("create route: {m}")))?;
+        let name = format!("{cluster}-{name_hint}");
+        if let Some(existing) = self.routes.get(&name) {
+            if existing.destination_cidr == route.destination_cidr
+                && existing.target_node == route.target_node
+            {
+                return Ok(());
+            }
+            return Err(CloudError::provider(format!(
+                "route {name} already exists (to {} via {})",
+                existing.destination_cidr, existing.target_node
+            )));
+        }
+        if let Some(other) = self
+            .routes
+            .values()
+            .find(|r| r.cluster == cluster && r.destination_cidr == route.destination_cidr)
+        {
+            return Err(CloudError::provider(format!(
+                "destination {} is already routed by route {}",
+                route.destination_cidr, other.name
+            )));
+        }
+        self.routes.insert(
+            name.clone(),
+            RouteRecord {
+                name,
+                cluster: cluster.to_string(),
+                target_node: route.target_node.clone(),
+                destination_cidr: route.destination_cidr.clone(),
+                target_node_addresses: route.target_node_addresses.clone(),
+                blackhole: false,
+            },
+        );
+        Ok(())
+    }
+
+    pub(crate) fn delete_route(&mut self, cluster: &str, route: &cloud_provider::Route) {
+        let by_name = self
+            .routes
+            .get(&route.name)
+            .is_some_and(|r| r.cluster == cluster);
+        let key = if by_name {
+            Some(route.name.clone())
+        } else {
+            self.routes
+                .values()
+                .find(|r| {
+                    r.cluster == cluster
+                        && r.destination_cidr == route.destination_cidr
+                        && r.target_node == route.target_node
+                })
+                .map(|r| r.name.clone())
+        };
+        if let Some(key) = key {
+            self.routes.remove(&key);
+        }
+    }
+
+    pub(crate) fn routes(&self, cfg: &FakeConfig) -> Vec<RouteRecord> {
+        self.routes
+            .values()
+            .map(|r| self.with_blackhole(cfg, r))
+            .collect()
+    }
+
+    // ---- snapshot ----
+
+    pub(crate) fn snapshot(&self, cfg: &FakeConfig) -> CloudSnapshot {
+        CloudSnapshot {
+            region: cfg.region.clone(),
+            zones: cfg.effective_zones(),
+            cluster_name: cfg.cluster_name.clone(),
+            cluster_id: cfg.cluster_id.clone(),
+            auto_discover: cfg.auto_discover,
+            load_balancer_cidr: self.pool.cidr().to_string(),
+            instances: self
+                .instances
+                .values()
+                .map(|i| Self::record(cfg, i))
+                .collect(),
+            terminated: self.dead_names.iter().cloned().collect(),
+            load_balancers: self.load_balancers(),
+            routes: self.routes(cfg),
+            faults: self.faults(),
+            calls: self.calls(),
+        }
+    }
+
+    pub(crate) fn instances(&self, cfg: &FakeConfig) -> Vec<InstanceRecord> {
+        self.instances
+            .values()
+            .map(|i| Self::record(cfg, i))
+            .collect()
+    }
+}
