@@ -8,7 +8,7 @@
 //!
 //! The crate also carries what providers and controllers share: the error type [`CloudError`], provider
 //! IDs ([`ProviderId`]), the default load-balancer name ([`default_load_balancer_name`]), node-address
-//! helpers and the well-known taint, label and annotation names ([`well_known`]).
+//! functions and the well-known taint, label and annotation names ([`well_known`]).
 //!
 //! # Writing a provider
 //!

@@ -1,4 +1,4 @@
-//! Helpers for `NodeAddress` lists (`node.status.addresses` and what providers return).
+//! Functions over `NodeAddress` lists (`node.status.addresses` and what providers return).
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
