@@ -1,0 +1,654 @@
+//! Request handling of the stub: authentication, rate limiting, faults, routing and the resources.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State as AxumState;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use super::{FaultKind, RecordedRequest, State, StubLb, region_json, timestamp, uuid_like};
+
+const DEFAULT_PER_PAGE: usize = 20;
+const MAX_PER_PAGE: usize = 200;
+const ENTRY_PROTOCOLS: [&str; 6] = ["http", "https", "http2", "http3", "tcp", "udp"];
+
+/// An answer before headers are added.
+struct Answer {
+    status: StatusCode,
+    body: Option<Value>,
+    extra: Vec<(&'static str, String)>,
+}
+
+impl Answer {
+    fn json(status: StatusCode, body: Value) -> Self {
+        Answer {
+            status,
+            body: Some(body),
+            extra: Vec::new(),
+        }
+    }
+
+    fn empty(status: StatusCode) -> Self {
+        Answer {
+            status,
+            body: None,
+            extra: Vec::new(),
+        }
+    }
+
+    fn error(status: StatusCode, id: &str, message: impl Into<String>) -> Self {
+        Answer::json(status, json!({"id": id, "message": message.into()}))
+    }
+
+    fn not_found() -> Self {
+        Answer::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "The resource you were accessing could not be found.",
+        )
+    }
+
+    fn unprocessable(message: impl Into<String>) -> Self {
+        Answer::error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unprocessable_entity",
+            message,
+        )
+    }
+}
+
+fn unix_ceil(t: SystemTime) -> u64 {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+pub(crate) async fn handle(
+    AxumState(state): AxumState<Arc<Mutex<State>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_string();
+    let query_string = uri.query().unwrap_or_default().to_string();
+    let query: BTreeMap<String, String> = url::form_urlencoded::parse(query_string.as_bytes())
+        .into_owned()
+        .collect();
+
+    let mut st = state.lock();
+    if path == "/metadata/v1/region" && method == Method::GET {
+        let region = st.metadata_region.clone();
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/plain")
+            .body(Body::from(region))
+            .unwrap_or_default();
+    }
+
+    let request_id = uuid_like(st.next_id());
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bearer {}", st.token));
+
+    let now = SystemTime::now();
+    if now >= st.rate.reset_at {
+        st.rate.remaining = st.rate.limit;
+        st.rate.reset_at = now + st.rate.window;
+    }
+
+    let answer = if !authorized {
+        Answer::error(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unable to authenticate you",
+        )
+    } else if let Some(kind) = take_fault(&mut st, &method, &path) {
+        match kind {
+            FaultKind::TooManyRequests {
+                reset_in,
+                retry_after,
+            } => {
+                let mut a = Answer::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_requests",
+                    "API Rate limit exceeded.",
+                );
+                a.extra.push(("ratelimit-remaining", "0".into()));
+                a.extra
+                    .push(("ratelimit-reset", unix_ceil(now + reset_in).to_string()));
+                if let Some(secs) = retry_after {
+                    a.extra.push(("retry-after", secs.to_string()));
+                }
+                a
+            }
+            FaultKind::Status(code) => {
+                let status =
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                let (id, message) = match code {
+                    503 => ("service_unavailable", "Service is temporarily unavailable."),
+                    500..=599 => ("server_error", "Unexpected server-side error"),
+                    404 => (
+                        "not_found",
+                        "The resource you were accessing could not be found.",
+                    ),
+                    _ => ("error", "Injected error"),
+                };
+                Answer::error(status, id, message)
+            }
+        }
+    } else if st.rate.remaining == 0 {
+        let mut a = Answer::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            "API Rate limit exceeded.",
+        );
+        a.extra.push((
+            "retry-after",
+            unix_ceil(st.rate.reset_at)
+                .saturating_sub(unix_ceil(now))
+                .to_string(),
+        ));
+        a
+    } else {
+        st.rate.remaining -= 1;
+        route(&mut st, &method, &path, &query, &body)
+    };
+
+    st.requests.push(RecordedRequest {
+        method: method.to_string(),
+        path: path.clone(),
+        query: query_string,
+        status: answer.status.as_u16(),
+    });
+
+    let mut builder = Response::builder()
+        .status(answer.status)
+        .header("ratelimit-limit", st.rate.limit.to_string())
+        .header("x-request-id", request_id.clone());
+    let has_remaining = answer
+        .extra
+        .iter()
+        .any(|(k, _)| *k == "ratelimit-remaining");
+    if !has_remaining {
+        builder = builder
+            .header("ratelimit-remaining", st.rate.remaining.to_string())
+            .header("ratelimit-reset", unix_ceil(st.rate.reset_at).to_string());
+    }
+    for (k, v) in &answer.extra {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            builder = builder.header(*k, v);
+        }
+    }
+    let body = match answer.body {
+        Some(mut v) => {
+            if answer.status.as_u16() >= 400 {
+                v["request_id"] = json!(request_id);
+            }
+            builder = builder.header(header::CONTENT_TYPE, "application/json; charset=utf-8");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    builder.body(body).unwrap_or_default()
+}
+
+fn take_fault(st: &mut State, method: &Method, path: &str) -> Option<FaultKind> {
+    let pos = st.faults.iter().position(|f| {
+        f.times > 0
+            && f.method
+                .as_deref()
+                .is_none_or(|m| m.eq_ignore_ascii_case(method.as_str()))
+            && path.starts_with(&f.path_prefix)
+    })?;
+    let fault = &mut st.faults[pos];
+    fault.times -= 1;
+    let kind = fault.kind.clone();
+    if fault.times == 0 {
+        st.faults.remove(pos);
+    }
+    Some(kind)
+}
+
+fn route(
+    st: &mut State,
+    method: &Method,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    body: &[u8],
+) -> Answer {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.as_str(), segments.as_slice()) {
+        ("GET", ["v2", "account"]) => Answer::json(
+            StatusCode::OK,
+            json!({"account": {
+                "droplet_limit": 25, "floating_ip_limit": 3, "volume_limit": 100,
+                "email": "ops@example.com", "uuid": "b6fr89dbf6d9156cace5f3c78dc9851d957381ef",
+                "email_verified": true, "status": "active", "status_message": "",
+                "team": {"uuid": "5df3e3004a17e242b7c20ca6c9fc25b701a47ece", "name": "Kubernetes"}
+            }}),
+        ),
+        ("GET", ["v2", "regions"]) => {
+            let items = st.regions.iter().map(|r| region_json(r)).collect();
+            paginate(st, path, query, "regions", items)
+        }
+        ("GET", ["v2", "droplets"]) => {
+            let items: Vec<Value> = st
+                .droplets
+                .values()
+                .filter(|d| query.get("name").is_none_or(|n| d["name"] == json!(n)))
+                .filter(|d| {
+                    query.get("tag_name").is_none_or(|t| {
+                        d["tags"]
+                            .as_array()
+                            .is_some_and(|tags| tags.contains(&json!(t)))
+                    })
+                })
+                .cloned()
+                .collect();
+            paginate(st, path, query, "droplets", items)
+        }
+        ("GET", ["v2", "droplets", id]) => {
+            match id.parse::<u64>().ok().and_then(|id| st.droplets.get(&id)) {
+                Some(d) => Answer::json(StatusCode::OK, json!({"droplet": d})),
+                None => Answer::not_found(),
+            }
+        }
+        ("GET", ["v2", "load_balancers"]) => {
+            let items: Vec<Value> = st
+                .load_balancers
+                .values_mut()
+                .map(|lb| {
+                    read_load_balancer(lb);
+                    lb.value.clone()
+                })
+                .collect();
+            paginate(st, path, query, "load_balancers", items)
+        }
+        ("POST", ["v2", "load_balancers"]) => create_load_balancer(st, body),
+        ("GET", ["v2", "load_balancers", id]) => match st.load_balancers.get_mut(*id) {
+            Some(lb) => {
+                read_load_balancer(lb);
+                Answer::json(StatusCode::OK, json!({"load_balancer": lb.value}))
+            }
+            None => Answer::not_found(),
+        },
+        ("PUT", ["v2", "load_balancers", id]) => update_load_balancer(st, id, body),
+        ("DELETE", ["v2", "load_balancers", id]) => match st.load_balancers.remove(*id) {
+            Some(_) => Answer::empty(StatusCode::NO_CONTENT),
+            None => Answer::not_found(),
+        },
+        ("GET", ["v2", "certificates"]) => {
+            let items = st.certificates.values().cloned().collect();
+            paginate(st, path, query, "certificates", items)
+        }
+        ("GET", ["v2", "certificates", id]) => match st.certificates.get(*id) {
+            Some(c) => Answer::json(StatusCode::OK, json!({"certificate": c})),
+            None => Answer::not_found(),
+        },
+        ("GET", ["v2", "volumes"]) => {
+            let items = st.volumes.values().cloned().collect();
+            paginate(st, path, query, "volumes", items)
+        }
+        ("GET", ["v2", "volumes", id]) => match st.volumes.get(*id) {
+            Some(v) => Answer::json(StatusCode::OK, json!({"volume": v})),
+            None => Answer::not_found(),
+        },
+        (
+            _,
+            [
+                "v2",
+                "account" | "regions" | "droplets" | "load_balancers" | "certificates" | "volumes",
+                ..,
+            ],
+        ) => Answer::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "Method not allowed",
+        ),
+        _ => Answer::not_found(),
+    }
+}
+
+fn paginate(
+    st: &State,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    key: &str,
+    items: Vec<Value>,
+) -> Answer {
+    let per_page = query
+        .get("per_page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(DEFAULT_PER_PAGE)
+        .clamp(1, MAX_PER_PAGE);
+    let page = query
+        .get("page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let total = items.len();
+    let last = total.div_ceil(per_page).max(1);
+    let slice: Vec<Value> = items
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
+    let link = |p: usize| {
+        let mut q = query.clone();
+        q.insert("page".into(), p.to_string());
+        q.insert("per_page".into(), per_page.to_string());
+        let qs: String = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(q.iter())
+            .finish();
+        format!("{}{}?{}", st.base, path, qs)
+    };
+    let mut pages = serde_json::Map::new();
+    if page > 1 {
+        pages.insert("first".into(), json!(link(1)));
+        pages.insert("prev".into(), json!(link(page - 1)));
+    }
+    if page < last {
+        pages.insert("next".into(), json!(link(page + 1)));
+        pages.insert("last".into(), json!(link(last)));
+    }
+    let links = if pages.is_empty() {
+        json!({})
+    } else {
+        json!({"pages": pages})
+    };
+    Answer::json(
+        StatusCode::OK,
+        json!({key: slice, "links": links, "meta": {"total": total}}),
+    )
+}
+
+fn read_load_balancer(lb: &mut StubLb) {
+    if let Some(n) = lb.reads_until_active.as_mut() {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            lb.value["status"] = json!("active");
+            if let Some(ip) = lb.pending_ip.take() {
+                lb.value["ip"] = json!(ip);
+            }
+            lb.reads_until_active = None;
+        }
+    }
+}
+
+fn as_port(v: &Value) -> Option<u64> {
+    v.as_u64().filter(|p| (1..=65535).contains(p))
+}
+
+/// Validates a create or update body the way the API does; `existing` is the load balancer being updated.
+fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), String> {
+    let obj = body
+        .as_object()
+        .ok_or("the request body must be a JSON object")?;
+    let name = obj.get("name").and_then(Value::as_str).unwrap_or_default();
+    if name.is_empty() {
+        return Err("name is required".into());
+    }
+    let region = obj
+        .get("region")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match existing {
+        None if !st.regions.iter().any(|r| r == region) => {
+            return Err(format!("region {region:?} is not available"));
+        }
+        Some(lb) if lb["region"]["slug"] != json!(region) => {
+            return Err("the region of a load balancer cannot be changed".into());
+        }
+        _ => {}
+    }
+    let type_ = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("REGIONAL");
+    if !["REGIONAL", "REGIONAL_NETWORK", "GLOBAL"].contains(&type_) {
+        return Err(format!("type {type_:?} is not valid"));
+    }
+    if let Some(lb) = existing
+        && lb["type"] != json!(type_)
+    {
+        return Err("the type of a load balancer cannot be changed".into());
+    }
+    if obj.get("size").is_some_and(|v| !v.is_null())
+        && obj.get("size_unit").is_some_and(|v| !v.is_null())
+    {
+        return Err("only one of size and size_unit may be set".into());
+    }
+    let rules = obj
+        .get("forwarding_rules")
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty())
+        .ok_or("at least one forwarding rule is required")?;
+    for (i, rule) in rules.iter().enumerate() {
+        let entry = rule["entry_protocol"].as_str().unwrap_or_default();
+        let target = rule["target_protocol"].as_str().unwrap_or_default();
+        if !ENTRY_PROTOCOLS.contains(&entry) || !ENTRY_PROTOCOLS.contains(&target) {
+            return Err(format!(
+                "forwarding_rules[{i}]: invalid protocol {entry:?} -> {target:?}"
+            ));
+        }
+        if as_port(&rule["entry_port"]).is_none() || as_port(&rule["target_port"]).is_none() {
+            return Err(format!(
+                "forwarding_rules[{i}]: ports must be between 1 and 65535"
+            ));
+        }
+        if type_ == "REGIONAL_NETWORK" && !matches!(entry, "tcp" | "udp") {
+            return Err(format!(
+                "forwarding_rules[{i}]: REGIONAL_NETWORK supports tcp and udp only"
+            ));
+        }
+        let passthrough = rule["tls_passthrough"].as_bool().unwrap_or(false);
+        let cert = rule["certificate_id"].as_str().unwrap_or_default();
+        if passthrough && !cert.is_empty() {
+            return Err(format!(
+                "forwarding_rules[{i}]: tls_passthrough and certificate_id are exclusive"
+            ));
+        }
+        if matches!(entry, "https" | "http2" | "http3") && !passthrough {
+            if cert.is_empty() {
+                return Err(format!("forwarding_rules[{i}]: a certificate is required"));
+            }
+            if !st.certificates.contains_key(cert) {
+                return Err(format!(
+                    "forwarding_rules[{i}]: certificate {cert} not found"
+                ));
+            }
+        }
+    }
+    if let Some(hc) = obj.get("health_check").filter(|v| !v.is_null()) {
+        let protocol = hc["protocol"].as_str().unwrap_or_default();
+        if !["http", "https", "tcp"].contains(&protocol) || as_port(&hc["port"]).is_none() {
+            return Err("health_check: invalid protocol or port".into());
+        }
+    }
+    if let Some(ss) = obj.get("sticky_sessions").filter(|v| !v.is_null()) {
+        match ss["type"].as_str().unwrap_or("none") {
+            "none" => {}
+            "cookies" => {
+                if ss["cookie_name"].as_str().unwrap_or_default().is_empty()
+                    || ss["cookie_ttl_seconds"].as_u64().unwrap_or(0) == 0
+                {
+                    return Err(
+                        "sticky_sessions: cookies need cookie_name and cookie_ttl_seconds".into(),
+                    );
+                }
+            }
+            other => return Err(format!("sticky_sessions: invalid type {other:?}")),
+        }
+    }
+    if let Some(fw) = obj.get("firewall").filter(|v| !v.is_null()) {
+        for list in ["allow", "deny"] {
+            for rule in fw[list].as_array().map(Vec::as_slice).unwrap_or_default() {
+                let r = rule.as_str().unwrap_or_default();
+                if !(r.starts_with("ip:") || r.starts_with("cidr:")) {
+                    return Err(format!("firewall: invalid rule {r:?}"));
+                }
+            }
+        }
+    }
+    let droplets = obj.get("droplet_ids").and_then(Value::as_array);
+    if droplets.is_some_and(|d| !d.is_empty())
+        && obj
+            .get("tag")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.is_empty())
+    {
+        return Err("only one of droplet_ids and tag may be set".into());
+    }
+    for id in droplets.map(Vec::as_slice).unwrap_or_default() {
+        if !id.as_u64().is_some_and(|id| st.droplets.contains_key(&id)) {
+            return Err(format!("droplet {id} not found"));
+        }
+    }
+    Ok(())
+}
+
+/// Fills the server-owned and defaulted fields of a load balancer from a request body.
+fn complete(mut lb: Value, existing: Option<&Value>) -> Value {
+    let defaults = [
+        ("type", json!("REGIONAL")),
+        (
+            "health_check",
+            json!({"protocol": "http", "port": 80, "path": "/", "check_interval_seconds": 10,
+            "response_timeout_seconds": 5, "healthy_threshold": 5, "unhealthy_threshold": 3}),
+        ),
+        ("sticky_sessions", json!({"type": "none"})),
+        ("droplet_ids", json!([])),
+        ("tag", json!("")),
+        ("tags", json!([])),
+        ("redirect_http_to_https", json!(false)),
+        ("enable_proxy_protocol", json!(false)),
+        ("enable_backend_keepalive", json!(false)),
+        ("http_idle_timeout_seconds", json!(60)),
+        ("disable_lets_encrypt_dns_records", json!(false)),
+        ("firewall", json!({"allow": [], "deny": []})),
+        ("network", json!("EXTERNAL")),
+        ("network_stack", json!("IPV4")),
+        ("algorithm", json!("round_robin")),
+    ];
+    for (k, v) in defaults {
+        if lb.get(k).is_none_or(Value::is_null) {
+            lb[k] = v;
+        }
+    }
+    if lb.get("size").is_none_or(Value::is_null) && lb.get("size_unit").is_none_or(Value::is_null) {
+        lb["size_unit"] = existing.map_or(json!(1), |e| e["size_unit"].clone());
+    }
+    lb
+}
+
+pub(crate) fn new_load_balancer(st: &mut State, body: Value) -> Value {
+    let n = st.next_id();
+    let region = body["region"].as_str().unwrap_or_default().to_string();
+    let mut lb = complete(body, None);
+    let internal = lb["network"] == json!("INTERNAL");
+    let requested_ip = lb["ip"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    lb["ip"] = json!(requested_ip.unwrap_or_else(|| if internal {
+        format!("10.250.{}.{}", (n / 250) % 250, n % 250 + 1)
+    } else {
+        format!("203.0.{}.{}", (n / 250) % 250 + 113, n % 250 + 1)
+    }));
+    if lb["network_stack"] == json!("DUALSTACK") {
+        lb["ipv6"] = json!(format!("2001:db8:5::{n:x}"));
+    }
+    lb["id"] = json!(uuid_like(n));
+    lb["created_at"] = json!(timestamp());
+    lb["region"] = region_json(&region);
+    if lb.get("vpc_uuid").is_none_or(Value::is_null) {
+        lb["vpc_uuid"] = json!(format!("vpc-{region}"));
+    }
+    lb
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, Answer> {
+    serde_json::from_slice(body).map_err(|e| {
+        Answer::error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("invalid JSON: {e}"),
+        )
+    })
+}
+
+fn create_load_balancer(st: &mut State, body: &[u8]) -> Answer {
+    let body = match parse_body(body) {
+        Ok(b) => b,
+        Err(a) => return a,
+    };
+    if let Err(m) = validate(st, &body, None) {
+        return Answer::unprocessable(m);
+    }
+    let mut lb = new_load_balancer(st, body);
+    let reads = st.activation_reads;
+    let mut pending_ip = None;
+    lb["status"] = json!(if reads.is_some() { "new" } else { "active" });
+    if reads.is_some() {
+        pending_ip = lb["ip"].as_str().map(str::to_string);
+        lb["ip"] = json!("");
+    }
+    let id = lb["id"].as_str().unwrap_or_default().to_string();
+    st.load_balancers.insert(
+        id,
+        StubLb {
+            value: lb.clone(),
+            reads_until_active: reads.map(|r| r.max(1)),
+            pending_ip,
+        },
+    );
+    Answer::json(StatusCode::ACCEPTED, json!({"load_balancer": lb}))
+}
+
+fn update_load_balancer(st: &mut State, id: &str, body: &[u8]) -> Answer {
+    let body = match parse_body(body) {
+        Ok(b) => b,
+        Err(a) => return a,
+    };
+    let Some(existing) = st.load_balancers.get(id).map(|lb| lb.value.clone()) else {
+        return Answer::not_found();
+    };
+    if let Err(m) = validate(st, &body, Some(&existing)) {
+        return Answer::unprocessable(m);
+    }
+    let mut lb = complete(body, Some(&existing));
+    for key in ["id", "ip", "ipv6", "status", "created_at", "region"] {
+        if let Some(v) = existing.get(key) {
+            lb[key] = v.clone();
+        }
+    }
+    if lb.get("vpc_uuid").is_none_or(Value::is_null) {
+        lb["vpc_uuid"] = existing["vpc_uuid"].clone();
+    }
+    if let Some(stored) = st.load_balancers.get_mut(id) {
+        stored.value = lb.clone();
+    }
+    Answer::json(StatusCode::OK, json!({"load_balancer": lb}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn ceil_of_unix_time() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1500);
+        assert_eq!(unix_ceil(t), 2);
+        assert_eq!(
+            unix_ceil(SystemTime::UNIX_EPOCH + Duration::from_secs(3)),
+            3
+        );
+    }
+}

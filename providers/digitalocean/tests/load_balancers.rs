@@ -1,0 +1,701 @@
+//! The LoadBalancer capability against the stub (and, for annotation write-back, the in-memory API server).
+
+mod support;
+
+use std::time::Duration;
+
+use cloud_provider::{CloudProvider, LoadBalancer as _, PvLabeler};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec, Service,
+};
+use kube::Api;
+use provider_digitalocean::annotations::*;
+use provider_digitalocean::stub::{DoStub, DropletSpec, Fault};
+use serde_json::json;
+use support::{cloud_for, cloud_with, droplet_node, lb_service, node};
+
+const UID: &str = "6f0c2b4e-1a2b-4c3d-9e8f-0123456789ab";
+const DEFAULT_NAME: &str = "a6f0c2b4e1a2b4c3d9e8f0123456789a";
+
+fn two_droplets(stub: &DoStub) -> (u64, u64) {
+    (
+        stub.add_droplet(DropletSpec::new("n1")),
+        stub.add_droplet(DropletSpec::new("n2")),
+    )
+}
+
+fn writes(stub: &DoStub) -> usize {
+    stub.count_prefix("POST", "/v2/load_balancers")
+        + stub.count_prefix("PUT", "/v2/load_balancers")
+        + stub.count_prefix("DELETE", "/v2/load_balancers")
+}
+
+#[tokio::test]
+async fn creates_a_regional_network_load_balancer_by_default() {
+    let stub = DoStub::start().await;
+    let (a, b) = two_droplets(&stub);
+    let cloud = cloud_with(&stub, |c| c.cluster_vpc_id = Some("vpc-cluster".into()));
+    let svc = lb_service("web", UID, &[]);
+    let status = cloud
+        .ensure_load_balancer(
+            "kubernetes",
+            &svc,
+            &[droplet_node("n2", b), droplet_node("n1", a)],
+        )
+        .await
+        .unwrap();
+
+    let lbs = stub.load_balancers();
+    assert_eq!(lbs.len(), 1);
+    let lb = &lbs[0];
+    assert_eq!(lb["name"], DEFAULT_NAME);
+    assert_eq!(lb["type"], "REGIONAL_NETWORK");
+    assert_eq!(lb["region"]["slug"], "nyc3");
+    assert_eq!(lb["vpc_uuid"], "vpc-cluster");
+    assert_eq!(lb["tags"], json!(["k8s:c-1"]));
+    assert_eq!(lb["droplet_ids"], json!([a, b]));
+    assert_eq!(
+        lb["forwarding_rules"],
+        json!([
+            {"entry_protocol": "tcp", "entry_port": 80, "target_protocol": "tcp", "target_port": 80, "tls_passthrough": false},
+            {"entry_protocol": "tcp", "entry_port": 443, "target_protocol": "tcp", "target_port": 443, "tls_passthrough": false}
+        ])
+    );
+    assert_eq!(
+        lb["health_check"],
+        json!({"protocol": "http", "port": 10256, "path": "/healthz", "check_interval_seconds": 3,
+               "response_timeout_seconds": 5, "unhealthy_threshold": 3, "healthy_threshold": 5})
+    );
+    assert_eq!(lb["sticky_sessions"], json!({"type": "none"}));
+    assert_eq!(lb["firewall"], json!({"allow": [], "deny": []}));
+
+    let ingress = status.ingress.unwrap();
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(
+        ingress[0].ip.as_ref(),
+        lb["ip"].as_str().map(str::to_string).as_ref()
+    );
+    assert_eq!(ingress[0].ip_mode.as_deref(), Some("VIP"));
+
+    // Ensuring again updates in place (a full PUT), never creates a second one.
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    assert_eq!(stub.load_balancers().len(), 1);
+    assert_eq!(stub.count_prefix("POST", "/v2/load_balancers"), 1);
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
+    assert_eq!(stub.load_balancers()[0]["droplet_ids"], json!([a]));
+}
+
+#[tokio::test]
+async fn regional_rules_certificates_and_options() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cert = stub.add_certificate("www-cert", "custom");
+    let cloud = cloud_for(&stub);
+    let svc = lb_service(
+        "web",
+        UID,
+        &[
+            (ANN_TYPE, "REGIONAL"),
+            (ANN_NAME, "web-lb"),
+            (ANN_HTTP_PORTS, "80"),
+            (ANN_CERTIFICATE_NAME, "www-cert"),
+            (ANN_REDIRECT_HTTP_TO_HTTPS, "true"),
+            (ANN_SIZE_UNIT, "2"),
+            (ANN_ALLOW_RULES, "cidr:10.0.0.0/8"),
+            (ANN_DENY_RULES, "ip:192.0.2.1"),
+            (ANN_STICKY_SESSIONS_TYPE, "cookies"),
+            (ANN_STICKY_SESSIONS_COOKIE_NAME, "lb"),
+            (ANN_STICKY_SESSIONS_COOKIE_TTL, "60"),
+            (ANN_HTTP_IDLE_TIMEOUT_SECONDS, "90"),
+            (ANN_ENABLE_BACKEND_KEEPALIVE, "true"),
+        ],
+    );
+    let status = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let lb = &stub.load_balancers()[0];
+    assert_eq!(lb["name"], "web-lb");
+    assert_eq!(lb["type"], "REGIONAL");
+    assert_eq!(
+        lb["forwarding_rules"],
+        json!([
+            {"entry_protocol": "http", "entry_port": 80, "target_protocol": "http", "target_port": 30080, "tls_passthrough": false},
+            {"entry_protocol": "https", "entry_port": 443, "target_protocol": "http", "target_port": 30443,
+             "certificate_id": cert, "tls_passthrough": false}
+        ])
+    );
+    assert_eq!(lb["redirect_http_to_https"], true);
+    assert_eq!(lb["enable_backend_keepalive"], true);
+    assert_eq!(lb["size_unit"], 2);
+    assert_eq!(lb["http_idle_timeout_seconds"], 90);
+    assert_eq!(
+        lb["firewall"],
+        json!({"allow": ["cidr:10.0.0.0/8"], "deny": ["ip:192.0.2.1"]})
+    );
+    assert_eq!(
+        lb["sticky_sessions"],
+        json!({"type": "cookies", "cookie_name": "lb", "cookie_ttl_seconds": 60})
+    );
+    // The load balancer terminates HTTP: in-cluster clients must go through it.
+    assert_eq!(status.ingress.unwrap()[0].ip_mode.as_deref(), Some("Proxy"));
+    assert_eq!(cloud.get_load_balancer_name("kubernetes", &svc), "web-lb");
+
+    // An unknown certificate name is an error before any write.
+    let svc = lb_service(
+        "api",
+        "11111111-2222-3333-4444-555555555555",
+        &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_NAME, "nope")],
+    );
+    stub.clear_requests();
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no certificate named \"nope\""),
+        "{err}"
+    );
+    assert_eq!(writes(&stub), 0);
+
+    // An unknown certificate ID is refused by the API (422) and reported.
+    let svc = lb_service(
+        "api",
+        "11111111-2222-3333-4444-555555555555",
+        &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_ID, "0000-missing")],
+    );
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("422"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("certificate 0000-missing not found"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_annotations_fail_before_any_write() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    let cases: &[&[(&str, &str)]] = &[
+        &[(ANN_TYPE, "GLOBAL")],
+        &[(ANN_TYPE, "REGIONAL"), (ANN_PROTOCOL, "https")],
+        &[(ANN_PROTOCOL, "http")],
+        &[(ANN_SIZE_SLUG, "lb-small"), (ANN_SIZE_UNIT, "1")],
+        &[(ANN_DENY_RULES, "everyone")],
+        &[(ANN_HEALTH_CHECK_INTERVAL_SECONDS, "1")],
+        &[(ANN_DISOWN, "perhaps")],
+        &[(ANN_NAME, "bad name")],
+    ];
+    for annotations in cases {
+        let svc = lb_service("web", UID, annotations);
+        let err = cloud
+            .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+            .await
+            .unwrap_err();
+        let key = annotations.last().unwrap().0;
+        assert!(
+            err.to_string().contains(key) || err.to_string().contains("invalid"),
+            "{key}: {err}"
+        );
+    }
+    assert_eq!(writes(&stub), 0);
+    assert!(stub.load_balancers().is_empty());
+}
+
+#[tokio::test]
+async fn a_new_load_balancer_asks_for_a_retry_in_15_seconds() {
+    let stub = DoStub::builder().activate_after_reads(1).start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    let svc = lb_service("web", UID, &[]);
+    let nodes = [droplet_node("n1", a)];
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(15)), "{err}");
+    assert_eq!(stub.load_balancers()[0]["status"], "new");
+    // The next sync finds it (by name: no annotation written without a Kubernetes client) and, once
+    // active, reports its address.
+    let status = cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert!(
+        status.ingress.unwrap()[0]
+            .ip
+            .as_deref()
+            .is_some_and(|ip| !ip.is_empty())
+    );
+    assert_eq!(stub.count_prefix("POST", "/v2/load_balancers"), 1);
+}
+
+#[tokio::test]
+async fn updates_follow_the_node_set() {
+    let stub = DoStub::start().await;
+    let (a, b) = two_droplets(&stub);
+    let c = stub.add_droplet(DropletSpec::new("n3"));
+    let cloud = cloud_for(&stub);
+    let svc = lb_service("web", UID, &[]);
+
+    // Updating a load balancer that does not exist is an error, and does not create one.
+    let err = cloud
+        .update_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert_eq!(writes(&stub), 0);
+
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    // Nodes without a provider ID are matched by droplet name; nodes of other clouds are left out.
+    cloud
+        .update_load_balancer(
+            "kubernetes",
+            &svc,
+            &[
+                droplet_node("n1", a),
+                node("n2", None),
+                droplet_node("n3", c),
+                node("elsewhere", Some("aws:///us-east-1a/i-1")),
+            ],
+        )
+        .await
+        .unwrap();
+    let lb = &stub.load_balancers()[0];
+    assert_eq!(lb["droplet_ids"], json!([a, b, c]));
+    // Every update is a full PUT: the rules and health check are still there.
+    assert_eq!(lb["forwarding_rules"].as_array().unwrap().len(), 2);
+    assert_eq!(lb["health_check"]["port"], 10256);
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
+
+    // No eligible node at all is an error and leaves the load balancer as it was.
+    let err = cloud
+        .update_load_balancer(
+            "kubernetes",
+            &svc,
+            &[node("ghost", None), node("elsewhere", Some("fake://x"))],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no eligible nodes"), "{err}");
+    assert_eq!(stub.load_balancers()[0]["droplet_ids"], json!([a, b, c]));
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no eligible nodes"), "{err}");
+}
+
+#[tokio::test]
+async fn adopts_a_load_balancer_by_id_and_keeps_its_type() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let existing = stub.insert_load_balancer(json!({
+        "name": "made-by-hand",
+        "region": "nyc3",
+        "type": "REGIONAL",
+        "forwarding_rules": [{"entry_protocol": "tcp", "entry_port": 8080, "target_protocol": "tcp", "target_port": 31000}],
+        "droplet_ids": [a],
+    }));
+    let cloud = cloud_for(&stub);
+    let svc = lb_service("web", UID, &[(ANN_LOAD_BALANCER_ID, &existing)]);
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let lbs = stub.load_balancers();
+    assert_eq!(lbs.len(), 1);
+    assert_eq!(lbs[0]["id"], existing.as_str());
+    // Renamed and reconfigured for the Service, still REGIONAL (node ports as targets).
+    assert_eq!(lbs[0]["name"], DEFAULT_NAME);
+    assert_eq!(lbs[0]["type"], "REGIONAL");
+    assert_eq!(lbs[0]["forwarding_rules"][0]["target_port"], 30080);
+    assert_eq!(
+        stub.count("GET", &format!("/v2/load_balancers/{existing}")),
+        1
+    );
+    assert_eq!(stub.count_prefix("POST", "/v2/load_balancers"), 0);
+
+    // Asking for another type than the existing one is refused.
+    let svc = lb_service(
+        "web",
+        UID,
+        &[
+            (ANN_LOAD_BALANCER_ID, &existing),
+            (ANN_TYPE, "REGIONAL_NETWORK"),
+        ],
+    );
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot become REGIONAL_NETWORK"),
+        "{err}"
+    );
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
+
+    // A stale ID falls back to the name.
+    let svc = lb_service("web", UID, &[(ANN_LOAD_BALANCER_ID, "00000000-dead")]);
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    assert_eq!(stub.load_balancers().len(), 1);
+    assert_eq!(stub.count_prefix("POST", "/v2/load_balancers"), 0);
+}
+
+#[tokio::test]
+async fn keeps_a_renewed_lets_encrypt_certificate() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let old = stub.add_certificate("le", "lets_encrypt");
+    let renewed = stub.add_certificate("le", "lets_encrypt");
+    let custom = stub.add_certificate("custom", "custom");
+    let cloud = cloud_for(&stub);
+    let svc = lb_service(
+        "web",
+        UID,
+        &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_ID, &old)],
+    );
+    let nodes = [droplet_node("n1", a)];
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    let id = stub.load_balancers()[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
+        old.as_str()
+    );
+
+    // DigitalOcean renewed the certificate: the load balancer now carries another UUID.
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(renewed)
+    });
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
+        renewed.as_str()
+    );
+
+    // A custom certificate on the load balancer is replaced by the annotated one.
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(custom)
+    });
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
+        old.as_str()
+    );
+}
+
+#[tokio::test]
+async fn disowned_load_balancers_are_never_mutated() {
+    let stub = DoStub::start().await;
+    let (a, b) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    let nodes = [droplet_node("n1", a)];
+    let svc = lb_service("web", UID, &[]);
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    let before = stub.load_balancers();
+
+    let disowned = lb_service("web", UID, &[(ANN_DISOWN, "true"), (ANN_SIZE_UNIT, "4")]);
+    stub.clear_requests();
+    let status = cloud
+        .ensure_load_balancer(
+            "kubernetes",
+            &disowned,
+            &[droplet_node("n1", a), droplet_node("n2", b)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status.ingress.unwrap()[0].ip.as_ref(),
+        before[0]["ip"].as_str().map(str::to_string).as_ref()
+    );
+    cloud
+        .update_load_balancer("kubernetes", &disowned, &[droplet_node("n2", b)])
+        .await
+        .unwrap();
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &disowned)
+        .await
+        .unwrap();
+    assert_eq!(writes(&stub), 0);
+    assert_eq!(stub.load_balancers(), before);
+
+    // A disowned Service without a load balancer does not get one.
+    let other = lb_service(
+        "other",
+        "99999999-2222-3333-4444-555555555555",
+        &[(ANN_DISOWN, "true")],
+    );
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &other, &nodes)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("disowned"), "{err}");
+    assert_eq!(writes(&stub), 0);
+}
+
+#[tokio::test]
+async fn deletion_is_idempotent() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    let svc = lb_service("web", UID, &[]);
+    assert!(
+        cloud
+            .get_load_balancer("kubernetes", &svc)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Nothing to delete.
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap();
+    assert_eq!(writes(&stub), 0);
+
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let status = cloud
+        .get_load_balancer("kubernetes", &svc)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.ingress.unwrap().len(), 1);
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap();
+    assert!(stub.load_balancers().is_empty());
+    assert_eq!(stub.count_prefix("DELETE", "/v2/load_balancers/"), 1);
+
+    // A 404 on DELETE (someone else deleted it first) is success too.
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    stub.inject(Fault::status("DELETE", "/v2/load_balancers/", 404, 1));
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap();
+    // Other failures are errors.
+    stub.inject(Fault::status("DELETE", "/v2/load_balancers/", 403, 1));
+    let err = cloud
+        .ensure_load_balancer_deleted("kubernetes", &svc)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("403"), "{err}");
+}
+
+#[tokio::test]
+async fn hostname_and_dual_stack_status() {
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    let svc = lb_service(
+        "web",
+        UID,
+        &[
+            (ANN_HOSTNAME, "lb.example.com"),
+            (ANN_NETWORK_STACK, "DUALSTACK"),
+        ],
+    );
+    let status = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let ingress = status.ingress.unwrap();
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
+    assert_eq!(ingress[0].ip, None);
+
+    let svc = lb_service(
+        "dual",
+        "77777777-2222-3333-4444-555555555555",
+        &[(ANN_NETWORK_STACK, "DUALSTACK"), (ANN_IP, "203.0.113.200")],
+    );
+    let status = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let ips: Vec<String> = status
+        .ingress
+        .unwrap()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect();
+    assert_eq!(ips.len(), 2);
+    assert_eq!(ips[0], "203.0.113.200");
+    assert!(ips[1].contains(':'));
+}
+
+async fn create_service(client: &kube::Client, svc: &Service) -> Service {
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut svc = svc.clone();
+    svc.metadata.uid = None;
+    for p in svc.spec.as_mut().unwrap().ports.as_mut().unwrap() {
+        p.node_port = None;
+    }
+    api.create(&Default::default(), &svc).await.unwrap()
+}
+
+#[tokio::test]
+async fn writes_the_id_type_and_renewed_certificate_back_to_the_service() {
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    cloud.set_kube_client(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+
+    let svc = create_service(&client, &lb_service("web", UID, &[])).await;
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let stored = services.get("web").await.unwrap();
+    let annotations = stored.metadata.annotations.unwrap();
+    let lb = &stub.load_balancers()[0];
+    assert_eq!(
+        annotations.get(ANN_LOAD_BALANCER_ID).map(String::as_str),
+        lb["id"].as_str()
+    );
+    assert_eq!(
+        annotations.get(ANN_TYPE).map(String::as_str),
+        Some("REGIONAL_NETWORK")
+    );
+
+    // With the annotations in place, the next sync looks the load balancer up by ID and writes nothing.
+    let stored = services.get("web").await.unwrap();
+    stub.clear_requests();
+    cloud
+        .ensure_load_balancer("kubernetes", &stored, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    assert_eq!(stub.count_prefix("GET", "/v2/load_balancers/"), 1);
+    assert_eq!(stub.count("GET", "/v2/load_balancers"), 0);
+    let rv = stored.metadata.resource_version.clone();
+    assert_eq!(
+        services.get("web").await.unwrap().metadata.resource_version,
+        rv
+    );
+
+    // A renewed Let's Encrypt certificate is recorded on the Service.
+    let old = stub.add_certificate("le", "lets_encrypt");
+    let renewed = stub.add_certificate("le", "lets_encrypt");
+    let tls = create_service(
+        &client,
+        &lb_service(
+            "tls",
+            UID,
+            &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_ID, &old)],
+        ),
+    )
+    .await;
+    cloud
+        .ensure_load_balancer("kubernetes", &tls, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let tls = services.get("tls").await.unwrap();
+    let id = tls.metadata.annotations.as_ref().unwrap()[ANN_LOAD_BALANCER_ID].clone();
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(renewed)
+    });
+    cloud
+        .ensure_load_balancer("kubernetes", &tls, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    let tls = services.get("tls").await.unwrap();
+    assert_eq!(
+        tls.metadata.annotations.unwrap()[ANN_CERTIFICATE_ID],
+        renewed
+    );
+    apiserver.shutdown().await;
+}
+
+fn do_pv(handle: &str, driver: &str) -> PersistentVolume {
+    PersistentVolume {
+        spec: Some(PersistentVolumeSpec {
+            csi: Some(CSIPersistentVolumeSource {
+                driver: driver.into(),
+                volume_handle: handle.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn volume_labels() {
+    let stub = DoStub::start().await;
+    let vol = stub.add_volume("pvc-1", "fra1");
+    let cloud = cloud_for(&stub);
+    let labels = cloud
+        .get_labels_for_volume(&do_pv(&vol, "dobs.csi.digitalocean.com"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        labels
+            .get("topology.kubernetes.io/region")
+            .map(String::as_str),
+        Some("fra1")
+    );
+    assert_eq!(
+        labels
+            .get("failure-domain.beta.kubernetes.io/region")
+            .map(String::as_str),
+        Some("fra1")
+    );
+    assert_eq!(labels.len(), 2);
+    assert!(
+        cloud
+            .get_labels_for_volume(&do_pv(&vol, "ebs.csi.aws.com"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let err = cloud
+        .get_labels_for_volume(&do_pv("missing", "dobs.csi.digitalocean.com"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, cloud_provider::CloudError::DiskNotFound),
+        "{err}"
+    );
+    assert!(cloud.pv_labeler().is_some());
+}

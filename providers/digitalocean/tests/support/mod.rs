@@ -1,0 +1,84 @@
+//! Shared building blocks of the integration tests: a provider wired to the API stub, and Kubernetes objects.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
+use provider_digitalocean::stub::DoStub;
+use provider_digitalocean::{AccessToken, DigitalOceanCloud, DoConfig, RetryPolicy};
+
+/// A configuration pointing at the stub, region `nyc3`, cluster `c-1`, fast retries.
+pub fn config_for(stub: &DoStub) -> DoConfig {
+    let mut config = DoConfig::new(AccessToken::new(stub.token()), &stub.url()).unwrap();
+    config.region = Some("nyc3".into());
+    config.cluster_id = Some("c-1".into());
+    config.metadata_url = stub.metadata_url().parse().unwrap();
+    config.retry = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+        max_rate_limit_wait: Duration::from_secs(5),
+    };
+    config
+}
+
+/// A provider for the stub.
+pub fn cloud_for(stub: &DoStub) -> DigitalOceanCloud {
+    DigitalOceanCloud::new(config_for(stub)).unwrap()
+}
+
+/// A provider for the stub, after adjusting the configuration.
+pub fn cloud_with(stub: &DoStub, adjust: impl FnOnce(&mut DoConfig)) -> DigitalOceanCloud {
+    let mut config = config_for(stub);
+    adjust(&mut config);
+    DigitalOceanCloud::new(config).unwrap()
+}
+
+/// A node with an optional provider ID.
+pub fn node(name: &str, provider_id: Option<&str>) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        provider_id: provider_id.map(str::to_string),
+        ..Default::default()
+    });
+    n
+}
+
+/// A node whose provider ID names droplet `id`.
+pub fn droplet_node(name: &str, id: u64) -> Node {
+    node(name, Some(&format!("digitalocean://{id}")))
+}
+
+/// A TCP service port.
+pub fn tcp_port(port: i32, node_port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(format!("p{port}")),
+        port,
+        node_port: Some(node_port),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+/// A LoadBalancer Service `default/<name>` with the given annotations and ports 80 and 443.
+pub fn lb_service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Service {
+    let mut s = Service::default();
+    s.metadata.name = Some(name.into());
+    s.metadata.namespace = Some("default".into());
+    s.metadata.uid = Some(uid.into());
+    s.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+    );
+    s.spec = Some(ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![tcp_port(80, 30080), tcp_port(443, 30443)]),
+        ..Default::default()
+    });
+    s
+}
