@@ -1,0 +1,468 @@
+//! The daemon's start-up and life cycle: provider initialization (first, so that a wrong provider name or
+//! cloud config is reported before anything else), Kubernetes clients, serving (health checks and
+//! metrics), leader election, waiting for the API server, cloud initialization, then the controllers
+//! (which start the shared informers).
+//!
+//! Shutdown: SIGTERM or SIGINT cancels the controllers, waits for them, releases the Lease (so a standby
+//! takes over at once) and exits 0. Losing the Lease exits 1 at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_controllers::{
+    ControllerContext, ControllerMetrics, ControllerName, HealthRegistry, run_controllers,
+};
+use cloud_provider::{CloudProvider, Registry, RegistryError};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{
+    AUTH_LIMITS, ClientError, EVENTS_LIMITS, LEADER_ELECTION_LIMITS, RateLimits, build_client,
+    load_config,
+};
+use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
+use crate::serving::auth::{Authorizer, DelegatedAuth, TokenAuthenticator, lookup_client_ca};
+use crate::serving::health::HealthChecks;
+use crate::serving::process_metrics::ProcessCollector;
+use crate::serving::tls::{self, TlsError};
+use crate::serving::{self, ServeError, ServingState};
+use crate::validation::{AppConfig, ServingSettings};
+
+/// How long the API server may stay unreachable after leadership is won before the daemon gives up.
+pub const API_SERVER_WAIT: Duration = Duration::from_secs(60);
+/// How long the controllers get to stop after a shutdown signal.
+pub const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Extra time past the lease duration before the leader-election health check fails.
+pub const LEADER_HEALTH_TOLERANCE: Duration = Duration::from_secs(20);
+
+/// Why the daemon stopped with an error (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A Kubernetes client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The provider could not be initialized.
+    #[error(transparent)]
+    Provider(#[from] RegistryError),
+    /// The provider has no cluster ID and `--allow-untagged-cloud` is not set.
+    #[error(
+        "cloud provider {0:?} could not find a cluster ID; refusing to run without one (pass \
+         --allow-untagged-cloud to run anyway, at the risk of touching other clusters' cloud resources)"
+    )]
+    NoClusterId(String),
+    /// TLS material for serving.
+    #[error("serving: {0}")]
+    Tls(#[from] TlsError),
+    /// The serving socket.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// Signal handlers could not be installed.
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+    /// The API server did not answer in time.
+    #[error("the API server did not become reachable within {0:?}: {1}")]
+    ApiServerUnreachable(Duration, String),
+    /// `CloudProvider::initialize` failed.
+    #[error("cloud provider initialization failed: {0}")]
+    CloudInit(#[source] cloud_provider::CloudError),
+    /// The controllers failed.
+    #[error("controllers failed: {0}")]
+    Controllers(String),
+    /// Leadership was lost.
+    #[error("leader election lost: {0}")]
+    LeaseLost(String),
+}
+
+/// Runs the daemon until a shutdown signal (Ok) or a fatal error.
+pub async fn run_daemon(config: AppConfig, registry: Registry) -> Result<(), AppError> {
+    let shutdown = CancellationToken::new();
+    install_signal_handlers(shutdown.clone())?;
+    run_until(config, registry, shutdown).await
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+fn install_signal_handlers(shutdown: CancellationToken) -> Result<(), AppError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate()).map_err(AppError::Signals)?;
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(AppError::Signals)?;
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            tracing::info!(signal = name, "shutting down");
+            shutdown.cancel();
+        });
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::info!("interrupted; shutting down");
+                shutdown.cancel();
+            }
+        });
+    }
+    Ok(())
+}
+
+/// `<hostname>_<uuid>`, the identity of this process in the election and in events.
+pub fn identity() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}_{}", uuid::Uuid::new_v4())
+}
+
+/// The controllers to start: those enabled by `--controllers`, minus node-route-controller unless
+/// `--allocate-node-cidrs` and `--configure-cloud-routes` are both true.
+pub fn controllers_to_start(config: &AppConfig) -> Vec<ControllerName> {
+    let routes = config.controller_config.allocate_node_cidrs
+        && config.controller_config.configure_cloud_routes;
+    config
+        .controllers
+        .iter()
+        .copied()
+        .filter(|controller| {
+            if *controller == ControllerName::NodeRoute && !routes {
+                tracing::info!(
+                    allocate_node_cidrs = config.controller_config.allocate_node_cidrs,
+                    configure_cloud_routes = config.controller_config.configure_cloud_routes,
+                    "will not configure cloud provider routes; node-route-controller is not started"
+                );
+                return false;
+            }
+            true
+        })
+        .collect()
+}
+
+/// Runs the daemon until `shutdown` is cancelled (Ok) or a fatal error.
+pub async fn run_until(
+    config: AppConfig,
+    registry: Registry,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        provider = %config.cloud_provider,
+        "starting the cloud-controller-manager"
+    );
+
+    // Provider.
+    let cloud = registry.init_from_file(&config.cloud_provider, config.cloud_config.as_deref())?;
+    if !cloud.has_cluster_id() {
+        if config.allow_untagged_cloud {
+            tracing::warn!(
+                provider = %config.cloud_provider,
+                "the cloud provider has no cluster ID; running anyway because of --allow-untagged-cloud"
+            );
+        } else {
+            return Err(AppError::NoClusterId(config.cloud_provider.clone()));
+        }
+    }
+
+    // Clients.
+    let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
+    let client = build_client(
+        kube_config.clone(),
+        RateLimits {
+            qps: config.kube_api_qps,
+            burst: config.kube_api_burst,
+        },
+    )?;
+    let event_client = build_client(kube_config.clone(), EVENTS_LIMITS)?;
+
+    // Metrics and health.
+    let identity = identity();
+    let leader_status = match &config.leader_election {
+        Some(le) => LeaderStatus::new(&le.name, le.lease_duration + LEADER_HEALTH_TOLERANCE),
+        None => LeaderStatus::disabled(),
+    };
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    metrics_registry.register_collector(Box::new(ProcessCollector));
+    leader_status.register_metrics(&mut metrics_registry);
+    let controller_metrics = ControllerMetrics::register(&mut metrics_registry);
+    let health = HealthRegistry::default();
+
+    // Serving.
+    let serving_stop = CancellationToken::new();
+    let _serving_guard = serving_stop.clone().drop_guard();
+    if let Some(settings) = &config.serving {
+        let state = ServingState {
+            health: HealthChecks {
+                controllers: health.clone(),
+                leader: leader_status.clone(),
+            },
+            metrics: Arc::new(metrics_registry),
+            auth: None,
+        };
+        start_serving(settings, &kube_config, state, serving_stop.clone()).await?;
+    }
+
+    let context = ControllerContext {
+        client: client.clone(),
+        event_client,
+        cloud: cloud.clone(),
+        config: config.controller_config.clone(),
+        metrics: controller_metrics,
+        health,
+        identity: identity.clone(),
+    };
+    let controllers = controllers_to_start(&config);
+
+    let Some(le) = &config.leader_election else {
+        tracing::info!("leader election is disabled; starting at once");
+        let result = lead(client, cloud, context, controllers, shutdown.clone()).await;
+        return match result {
+            Err(err) if shutdown.is_cancelled() => {
+                tracing::warn!(error = %err, "a controller failed while stopping");
+                Ok(())
+            }
+            Ok(()) if !shutdown.is_cancelled() => Err(AppError::Controllers(
+                "the controllers stopped without being asked to".to_string(),
+            )),
+            other => other,
+        };
+    };
+
+    // Leader election.
+    let leader_client = build_client(kube_config, LEADER_ELECTION_LIMITS)?;
+    let mut elector = LeaderElector::new(
+        leader_client,
+        le.elector_config(&identity),
+        leader_status.clone(),
+    );
+    if !elector.acquire(&shutdown).await {
+        tracing::info!("stopped before becoming the leader");
+        return Ok(());
+    }
+    let renew_stop = CancellationToken::new();
+    let mut renew = {
+        let renew_stop = renew_stop.clone();
+        tokio::spawn(async move {
+            let outcome = elector.renew_until_lost(&renew_stop).await;
+            (elector, outcome)
+        })
+    };
+    let controllers_stop = CancellationToken::new();
+    let leading = lead(
+        client,
+        cloud,
+        context,
+        controllers,
+        controllers_stop.clone(),
+    );
+    tokio::pin!(leading);
+
+    let result = tokio::select! {
+        renewed = &mut renew => return Err(lost(renewed)),
+        result = &mut leading => result.and(Err(AppError::Controllers(
+            "the controllers stopped without being asked to".to_string(),
+        ))),
+        _ = shutdown.cancelled() => {
+            controllers_stop.cancel();
+            tokio::select! {
+                renewed = &mut renew => return Err(lost(renewed)),
+                result = tokio::time::timeout(CONTROLLER_STOP_TIMEOUT, &mut leading) => match result {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(err)) => {
+                        // A shutdown was asked for: a controller failing while it stops does not make the
+                        // shutdown unclean.
+                        tracing::warn!(error = %err, "a controller failed while stopping");
+                        Ok(())
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            timeout = ?CONTROLLER_STOP_TIMEOUT,
+                            "the controllers did not stop in time; releasing the lease anyway"
+                        );
+                        Ok(())
+                    }
+                },
+            }
+        }
+    };
+    controllers_stop.cancel();
+    renew_stop.cancel();
+    let (mut elector, outcome) = match renew.await {
+        Ok(done) => done,
+        Err(err) => return Err(AppError::LeaseLost(format!("the renew task failed: {err}"))),
+    };
+    if let RenewOutcome::Lost(reason) = outcome {
+        return Err(AppError::LeaseLost(reason));
+    }
+    if let Err(err) = elector.release().await {
+        tracing::warn!(error = %err, "could not release the leader lease");
+    }
+    result
+}
+
+fn lost(renewed: Result<(LeaderElector, RenewOutcome), tokio::task::JoinError>) -> AppError {
+    match renewed {
+        Ok((_, RenewOutcome::Lost(reason))) => AppError::LeaseLost(reason),
+        Ok((_, RenewOutcome::Stopped)) => AppError::LeaseLost("the renew loop stopped".to_string()),
+        Err(err) => AppError::LeaseLost(format!("the renew task failed: {err}")),
+    }
+}
+
+/// What the leader does: wait for the API server, initialize the cloud, run the controllers until `stop`.
+async fn lead(
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    context: ControllerContext,
+    controllers: Vec<ControllerName>,
+    stop: CancellationToken,
+) -> Result<(), AppError> {
+    tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        reachable = wait_for_api_server(&client) => reachable?,
+    }
+    tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        initialized = cloud.initialize(client.clone()) => initialized.map_err(AppError::CloudInit)?,
+    }
+    let names: Vec<&str> = controllers.iter().map(|c| c.canonical()).collect();
+    tracing::info!(controllers = ?names, "starting controllers");
+    if controllers.is_empty() {
+        tracing::warn!("no controller is enabled; waiting for shutdown");
+    }
+    run_controllers(context, &controllers, stop)
+        .await
+        .map_err(|err| AppError::Controllers(err.to_string()))
+}
+
+/// Polls `/version` until the API server answers, for at most [`API_SERVER_WAIT`].
+async fn wait_for_api_server(client: &kube::Client) -> Result<(), AppError> {
+    let deadline = tokio::time::Instant::now() + API_SERVER_WAIT;
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => {
+                tracing::info!(version = %version.git_version, "the API server is reachable");
+                return Ok(());
+            }
+            Err(err) if tokio::time::Instant::now() >= deadline => {
+                return Err(AppError::ApiServerUnreachable(
+                    API_SERVER_WAIT,
+                    err.to_string(),
+                ));
+            }
+            Err(err) => {
+                tracing::info!(error = %err, "waiting for the API server");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Builds TLS and delegated auth, binds and spawns the endpoint.
+async fn start_serving(
+    settings: &ServingSettings,
+    kube_config: &kube::Config,
+    mut state: ServingState,
+    stop: CancellationToken,
+) -> Result<(), AppError> {
+    let cert = match &settings.cert_and_key {
+        Some((cert, key)) => tls::load_cert_and_key(cert, key)?,
+        None => {
+            tracing::info!(
+                "no --tls-cert-file given; serving with an in-memory self-signed certificate"
+            );
+            tls::self_signed(settings.address.ip())?
+        }
+    };
+    let authn_config = match &settings.authentication_kubeconfig {
+        Some(path) => load_config(Some(path), None).await?,
+        None => kube_config.clone(),
+    };
+    let authz_config = match &settings.authorization_kubeconfig {
+        Some(path) => load_config(Some(path), None).await?,
+        None => kube_config.clone(),
+    };
+    let authn_client = build_client(authn_config, AUTH_LIMITS)?;
+    let authz_client = build_client(authz_config, AUTH_LIMITS)?;
+
+    let client_ca = if settings.authentication_skip_lookup {
+        None
+    } else {
+        match lookup_client_ca(authn_client.clone()).await {
+            Ok(pem) => match tls::client_ca_roots(&pem) {
+                Ok(roots) => {
+                    tracing::info!(
+                        "client certificates signed by the cluster's client CA are accepted"
+                    );
+                    Some(roots)
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "unusable client CA; only bearer tokens are accepted");
+                    None
+                }
+            },
+            Err(err) => {
+                tracing::warn!(
+                    error = %err,
+                    "cannot look up the client CA; only bearer tokens are accepted \
+                     (use --authentication-skip-lookup to skip the lookup)"
+                );
+                None
+            }
+        }
+    };
+    let tls_config = tls::server_config(cert, client_ca)?;
+    state.auth = Some(DelegatedAuth {
+        authenticator: Arc::new(TokenAuthenticator::new(authn_client)),
+        authorizer: Arc::new(Authorizer::new(authz_client)),
+        always_allow_paths: settings.always_allow_paths.clone(),
+    });
+    let listener = serving::bind(settings.address).await?;
+    let address = listener.local_addr().unwrap_or(settings.address);
+    tracing::info!(%address, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
+    serving::spawn(listener, tls_config, serving::router(Arc::new(state)), stop);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Options;
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> AppConfig {
+        let mut all = vec!["ccm", "--cloud-provider=fake"];
+        all.extend_from_slice(args);
+        crate::validate(
+            &Options::try_parse_from(all).unwrap(),
+            &["fake".to_string()],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn routes_need_both_flags() {
+        let on = controllers_to_start(&config(&[]));
+        assert!(!on.contains(&ControllerName::NodeRoute));
+        assert!(on.contains(&ControllerName::CloudNode));
+        let on = controllers_to_start(&config(&[
+            "--allocate-node-cidrs",
+            "--cluster-cidr=10.0.0.0/16",
+        ]));
+        assert!(on.contains(&ControllerName::NodeRoute));
+        let on = controllers_to_start(&config(&[
+            "--allocate-node-cidrs",
+            "--configure-cloud-routes=false",
+        ]));
+        assert!(!on.contains(&ControllerName::NodeRoute));
+    }
+
+    #[test]
+    fn identity_is_host_and_uuid() {
+        let id = identity();
+        let (host, uuid) = id.rsplit_once('_').unwrap();
+        assert!(!host.is_empty());
+        assert!(uuid::Uuid::parse_str(uuid).is_ok());
+        assert_ne!(identity(), id);
+    }
+}

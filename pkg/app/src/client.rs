@@ -1,0 +1,378 @@
+//! Kubernetes clients: configuration from `--kubeconfig` / `--master` / the environment, and a token-bucket
+//! rate limit (`--kube-api-qps` / `--kube-api-burst`) as a tower layer on kube's own service stack.
+//!
+//! The limiter charges one token when a request is sent. A watch is one request however long its response
+//! streams, so open watches never hold any budget.
+//!
+//! The daemon builds several clients, each with its own bucket so that one kind of traffic cannot starve
+//! another:
+//!
+//! | client            | budget                                           |
+//! |-------------------|--------------------------------------------------|
+//! | controllers       | `--kube-api-qps` / `--kube-api-burst` (20 / 30)  |
+//! | events            | [`EVENTS_LIMITS`]: 10 qps, burst 25              |
+//! | leader election   | [`LEADER_ELECTION_LIMITS`]: 5 qps, burst 10      |
+//! | delegated auth    | [`AUTH_LIMITS`]: 20 qps, burst 40 (TokenReview / SubjectAccessReview, cached) |
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use parking_lot::Mutex;
+use tokio::time::{Instant, Sleep};
+use tower::{Layer, Service};
+
+/// A token-bucket budget: `qps` tokens per second, at most `burst` saved up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimits {
+    /// Sustained requests per second.
+    pub qps: f64,
+    /// Requests that may be sent at once after an idle period.
+    pub burst: u32,
+}
+
+/// The budget of the events client.
+pub const EVENTS_LIMITS: RateLimits = RateLimits {
+    qps: 10.0,
+    burst: 25,
+};
+
+/// The budget of the leader-election client (renewals every retry period need very little).
+pub const LEADER_ELECTION_LIMITS: RateLimits = RateLimits {
+    qps: 5.0,
+    burst: 10,
+};
+
+/// The budget of the delegated authentication/authorization clients.
+pub const AUTH_LIMITS: RateLimits = RateLimits {
+    qps: 20.0,
+    burst: 40,
+};
+
+/// Errors building a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file could not be read or used.
+    #[error("cannot load kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No configuration could be found in the environment.
+    #[error(
+        "no Kubernetes client configuration: give --kubeconfig or --master, set KUBECONFIG, or run in a \
+         cluster: {0}"
+    )]
+    Infer(#[source] kube::config::InferConfigError),
+    /// `--master` is not a URL.
+    #[error("invalid --master {master:?}: {source}")]
+    Master {
+        /// The value.
+        master: String,
+        /// Why.
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    /// kube could not build its HTTP stack (TLS material, proxy settings...).
+    #[error("cannot build the Kubernetes client: {0}")]
+    Build(#[source] kube::Error),
+}
+
+/// Loads the client configuration: the kubeconfig file if given, else (without `--master`) KUBECONFIG,
+/// `~/.kube/config` and the in-cluster service account; `--master` overrides the server address.
+pub async fn load_config(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+) -> Result<kube::Config, ClientError> {
+    let mut config = match (kubeconfig, master) {
+        (Some(path), _) => {
+            let file = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| ClientError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
+        }
+        (None, Some(master)) => {
+            let url = master.parse().map_err(|source| ClientError::Master {
+                master: master.to_string(),
+                source,
+            })?;
+            kube::Config::new(url)
+        }
+        (None, None) => kube::Config::infer().await.map_err(ClientError::Infer)?,
+    };
+    if let Some(master) = master {
+        config.cluster_url = master.parse().map_err(|source| ClientError::Master {
+            master: master.to_string(),
+            source,
+        })?;
+    }
+    Ok(config)
+}
+
+/// Builds a client from `config` whose requests pass through a token bucket with `limits`.
+pub fn build_client(config: kube::Config, limits: RateLimits) -> Result<kube::Client, ClientError> {
+    let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
+    Ok(builder.with_layer(&RateLimitLayer::new(limits)).build())
+}
+
+/// A token bucket shared by every clone of a [`RateLimitLayer`].
+#[derive(Debug)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    /// Tokens available; negative when requests have reserved tokens not yet earned.
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(limits: RateLimits) -> Self {
+        let burst = f64::from(limits.burst.max(1));
+        Self {
+            qps: if limits.qps > 0.0 {
+                limits.qps
+            } else {
+                f64::MIN_POSITIVE
+            },
+            burst,
+            state: Mutex::new(BucketState {
+                tokens: burst,
+                last: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes one token and returns how long the caller must wait before using it (zero when one was
+    /// available). Reservations are served in call order.
+    pub fn reserve(&self) -> Duration {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        let earned = now.saturating_duration_since(state.last).as_secs_f64() * self.qps;
+        state.tokens = (state.tokens + earned).min(self.burst);
+        state.last = now;
+        state.tokens -= 1.0;
+        if state.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-state.tokens / self.qps)
+        }
+    }
+}
+
+/// A tower layer that rate-limits requests with a shared [`TokenBucket`].
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    bucket: Arc<TokenBucket>,
+}
+
+impl RateLimitLayer {
+    /// A layer with a fresh, full bucket.
+    pub fn new(limits: RateLimits) -> Self {
+        Self {
+            bucket: Arc::new(TokenBucket::new(limits)),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            bucket: self.bucket.clone(),
+            permit: Permit::None,
+        }
+    }
+}
+
+/// The rate-limiting service made by [`RateLimitLayer`].
+pub struct RateLimit<S> {
+    inner: S,
+    bucket: Arc<TokenBucket>,
+    permit: Permit,
+}
+
+enum Permit {
+    /// No token reserved yet.
+    None,
+    /// A token is reserved and becomes usable when the timer fires.
+    Waiting(Pin<Box<Sleep>>),
+    /// A token is ready for the next call.
+    Ready,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("bucket", &self.bucket)
+            .finish()
+    }
+}
+
+impl<S, Request> Service<Request> for RateLimit<S>
+where
+    S: Service<Request>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        loop {
+            match &mut self.permit {
+                Permit::None => {
+                    let wait = self.bucket.reserve();
+                    self.permit = if wait.is_zero() {
+                        Permit::Ready
+                    } else {
+                        Permit::Waiting(Box::pin(tokio::time::sleep(wait)))
+                    };
+                }
+                Permit::Waiting(sleep) => {
+                    ready!(sleep.as_mut().poll(cx));
+                    self.permit = Permit::Ready;
+                }
+                Permit::Ready => return self.inner.poll_ready(cx),
+            }
+        }
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        self.permit = Permit::None;
+        self.inner.call(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use tower::ServiceExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn burst_then_qps() {
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = sent.clone();
+        let inner = tower::service_fn(move |_: ()| {
+            record.lock().push(start.elapsed());
+            async { Ok::<_, Infallible>(()) }
+        });
+        let mut service = RateLimitLayer::new(RateLimits {
+            qps: 10.0,
+            burst: 3,
+        })
+        .layer(inner);
+        for _ in 0..6 {
+            service.ready().await.unwrap().call(()).await.unwrap();
+        }
+        let millis: Vec<u128> = sent.lock().iter().map(|d| d.as_millis()).collect();
+        assert_eq!(millis, vec![0, 0, 0, 100, 200, 300]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_refills_up_to_the_burst_only() {
+        let bucket = TokenBucket::new(RateLimits { qps: 2.0, burst: 2 });
+        assert_eq!(bucket.reserve(), Duration::ZERO);
+        assert_eq!(bucket.reserve(), Duration::ZERO);
+        assert_eq!(bucket.reserve(), Duration::from_millis(500));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(bucket.reserve(), Duration::ZERO);
+        assert_eq!(bucket.reserve(), Duration::ZERO);
+        assert_eq!(bucket.reserve(), Duration::from_millis(500));
+    }
+
+    /// Responses that never finish (like watches) hold no budget: later requests are sent at the token
+    /// rate regardless of how many earlier ones are still streaming.
+    #[tokio::test(start_paused = true)]
+    async fn long_running_requests_do_not_hold_budget() {
+        let start = Instant::now();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = sent.clone();
+        let inner = tower::service_fn(move |long: bool| {
+            record.lock().push(start.elapsed().as_millis());
+            async move {
+                if long {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Infallible>(())
+            }
+        });
+        let mut service = RateLimitLayer::new(RateLimits { qps: 4.0, burst: 2 }).layer(inner);
+        let mut watches = Vec::new();
+        for _ in 0..2 {
+            let call = service.ready().await.unwrap().call(true);
+            watches.push(tokio::spawn(call));
+        }
+        for _ in 0..3 {
+            service.ready().await.unwrap().call(false).await.unwrap();
+        }
+        assert_eq!(*sent.lock(), vec![0, 0, 250, 500, 750]);
+        assert!(watches.iter().all(|w| !w.is_finished()));
+    }
+
+    #[tokio::test]
+    async fn master_overrides_and_bad_files_are_named() {
+        let config = load_config(None, Some("https://10.1.2.3:6443"))
+            .await
+            .unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://10.1.2.3:6443/");
+        let err = load_config(Some(Path::new("/nonexistent/kubeconfig")), None)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("cannot load kubeconfig /nonexistent/kubeconfig: "),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        let kubeconfig = r#"
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://1.2.3.4:6443
+contexts:
+- name: x
+  context:
+    cluster: c
+    user: u
+current-context: x
+users:
+- name: u
+  user:
+    token: abc
+"#;
+        std::fs::write(&path, kubeconfig).unwrap();
+        let config = load_config(Some(&path), Some("https://5.6.7.8:443"))
+            .await
+            .unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://5.6.7.8:443/");
+        let config = load_config(Some(&path), None).await.unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://1.2.3.4:6443/");
+    }
+}

@@ -1,0 +1,168 @@
+//! The cloud-controller-manager application: flags, validation, Kubernetes clients, provider start-up,
+//! the health/metrics endpoint, leader election and the controllers.
+//!
+//! A cloud vendor's `main.rs` registers its provider and hands over:
+//!
+//! ```no_run
+//! use std::process::ExitCode;
+//! # use std::sync::Arc;
+//! # struct MyCloud;
+//! # impl cloud_provider::CloudProvider for MyCloud {
+//! #     fn provider_name(&self) -> &str { "mycloud" }
+//! #     fn has_cluster_id(&self) -> bool { true }
+//! # }
+//!
+//! fn main() -> ExitCode {
+//!     let mut registry = cloud_provider::Registry::new();
+//!     registry
+//!         .register_fn("mycloud", |_config| Ok(Arc::new(MyCloud) as Arc<dyn cloud_provider::CloudProvider>))
+//!         .expect("the name is registered once");
+//!     ccm_app::run_main(registry)
+//! }
+//! ```
+//!
+//! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT) or `--help`/`--version`, 2 for usage errors
+//! (bad flags), 1 for everything else (provider initialization, lost leadership, controller failure).
+
+pub mod app;
+pub mod client;
+pub mod controllers_flag;
+pub mod duration;
+pub mod leader;
+pub mod logging;
+pub mod options;
+pub mod serving;
+pub mod validation;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+pub use app::{AppError, run_daemon};
+pub use options::{LogFormat, Options};
+pub use validation::{AppConfig, ValidationErrors, validate};
+
+/// Exit code for usage errors (bad flags), as clap uses.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Builds a multi-threaded tokio runtime and runs [`run`] on it. This is the whole `main` of a daemon.
+pub fn run_main(registry: cloud_provider::Registry) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ccm-worker")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(registry));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+/// Runs the daemon with the process' command-line arguments.
+pub async fn run(registry: cloud_provider::Registry) -> ExitCode {
+    run_with_args(registry, std::env::args_os()).await
+}
+
+/// Runs the daemon with explicit arguments (the first one is the program name).
+pub async fn run_with_args<I, T>(registry: cloud_provider::Registry, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let program = args
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "cloud-controller-manager".to_string());
+    let options = match <Options as clap::Parser>::try_parse_from(&args) {
+        Ok(options) => options,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(EXIT_USAGE));
+        }
+    };
+    if options.version {
+        println!("{}", version_text(&program, &registry.names()));
+        return ExitCode::SUCCESS;
+    }
+    let config = match validate(&options, &registry.names()) {
+        Ok(config) => config,
+        Err(ValidationErrors(errors)) => {
+            for error in errors {
+                eprintln!("error: {error}");
+            }
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // The whole program uses rustls with ring; installing it as the process default keeps every TLS user
+    // (kube's client included) on it. An error only means a default was installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    logging::init(config.verbosity, config.log_format);
+    match run_daemon(config, registry).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `--version` text: program and version, then the compiled-in providers.
+pub fn version_text(program: &str, providers: &[String]) -> String {
+    let providers = if providers.is_empty() {
+        "none".to_string()
+    } else {
+        providers.join(", ")
+    };
+    format!(
+        "{program} v{}\ncompiled-in cloud providers: {providers}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_lists_providers() {
+        assert_eq!(
+            version_text("ccm", &["aws".into(), "fake".into()]),
+            format!(
+                "ccm v{}\ncompiled-in cloud providers: aws, fake",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert!(version_text("ccm", &[]).ends_with("providers: none"));
+    }
+
+    #[tokio::test]
+    async fn usage_errors_exit_2_and_version_exits_0() {
+        let registry = cloud_provider::Registry::new();
+        assert_eq!(
+            run_with_args(registry.clone(), ["ccm", "--version"]).await,
+            ExitCode::SUCCESS
+        );
+        assert_eq!(
+            run_with_args(registry.clone(), ["ccm", "--no-such-flag"]).await,
+            ExitCode::from(2)
+        );
+        assert_eq!(
+            run_with_args(
+                registry.clone(),
+                ["ccm", "--cloud-provider=x", "--concurrent-node-syncs=0"]
+            )
+            .await,
+            ExitCode::from(2)
+        );
+        assert_eq!(
+            run_with_args(registry, ["ccm", "--help"]).await,
+            ExitCode::SUCCESS
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! The HTTPS endpoint on `--bind-address:--secure-port`: `/healthz`, `/livez`, `/readyz` (see
+//! [`health`]) and `/metrics`, behind delegated authentication and authorization (see [`auth`]) except for
+//! the `--authorization-always-allow-paths`.
+//!
+//! Connections are TLS (rustls with ring), HTTP/1.1 or HTTP/2 by ALPN. A caller is a verified client
+//! certificate (when a client CA is known) or a bearer token checked with a TokenReview; no credentials
+//! gives 401, a SubjectAccessReview denial 403, both with Kubernetes `Status` JSON bodies.
+
+pub mod auth;
+pub mod health;
+pub mod process_metrics;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use self::auth::{AUTHENTICATED_GROUP, DelegatedAuth, UserInfo};
+use self::health::{Endpoint, HealthChecks};
+
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors starting the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct ServingState {
+    /// Health checks.
+    pub health: HealthChecks,
+    /// Every metric of the process, encoded on each scrape.
+    pub metrics: Arc<prometheus_client::registry::Registry>,
+    /// Delegated authentication and authorization; `None` serves everything without checks (used by
+    /// embedders that put the endpoint behind their own protection, never by the daemon).
+    pub auth: Option<DelegatedAuth>,
+}
+
+/// The caller named by a verified client certificate of the connection, if any.
+#[derive(Debug, Clone, Default)]
+struct PeerIdentity(Option<UserInfo>);
+
+/// The routes, with authentication and authorization in front of them.
+pub fn router(state: Arc<ServingState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|s, q| endpoint(s, q, Endpoint::Healthz)))
+        .route("/livez", get(|s, q| endpoint(s, q, Endpoint::Livez)))
+        .route("/readyz", get(|s, q| endpoint(s, q, Endpoint::Readyz)))
+        .route(
+            "/healthz/{check}",
+            get(|s, p| single_check(s, p, Endpoint::Healthz)),
+        )
+        .route(
+            "/livez/{check}",
+            get(|s, p| single_check(s, p, Endpoint::Livez)),
+        )
+        .route(
+            "/readyz/{check}",
+            get(|s, p| single_check(s, p, Endpoint::Readyz)),
+        )
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_and_authorize,
+        ))
+        .with_state(state)
+}
+
+async fn endpoint(
+    State(state): State<Arc<ServingState>>,
+    Query(query): Query<Vec<(String, String)>>,
+    which: Endpoint,
+) -> Response {
+    let verbose = query.iter().any(|(key, _)| key == "verbose");
+    let exclude: Vec<String> = query
+        .iter()
+        .filter(|(key, _)| key == "exclude")
+        .map(|(_, value)| value.clone())
+        .collect();
+    let answer = state.health.answer(which, verbose, &exclude);
+    text_response(answer.status, answer.body)
+}
+
+async fn single_check(
+    State(state): State<Arc<ServingState>>,
+    Path(check): Path<String>,
+    which: Endpoint,
+) -> Response {
+    let answer = state.health.answer_one(which, &check);
+    text_response(answer.status, answer.body)
+}
+
+async fn metrics(State(state): State<Arc<ServingState>>) -> Response {
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &state.metrics) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "cannot encode metrics");
+            text_response(
+                500,
+                "internal server error: cannot encode metrics\n".to_string(),
+            )
+        }
+    }
+}
+
+async fn not_found() -> Response {
+    text_response(404, "404 page not found\n".to_string())
+}
+
+fn text_response(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A Kubernetes `Status` failure body.
+pub fn status_body(code: u16, reason: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {},
+        "code": code,
+    })
+}
+
+fn status_response(code: u16, reason: &str, message: &str) -> Response {
+    let mut body = status_body(code, reason, message);
+    if code == 401 {
+        // Kubernetes' 401 carries no details.
+        if let Some(object) = body.as_object_mut() {
+            object.remove("details");
+        }
+    }
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The bearer token of the request, if any (never logged).
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}
+
+async fn authenticate_and_authorize(
+    State(state): State<Arc<ServingState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(auth) = &state.auth else {
+        return next.run(request).await;
+    };
+    let path = request.uri().path().to_string();
+    if auth.always_allowed(&path) {
+        return next.run(request).await;
+    }
+    let from_certificate = request
+        .extensions()
+        .get::<PeerIdentity>()
+        .and_then(|peer| peer.0.clone());
+    let user = match from_certificate {
+        Some(user) => user,
+        None => {
+            let Some(token) = bearer_token(request.headers()) else {
+                return status_response(401, "Unauthorized", "Unauthorized");
+            };
+            match auth.authenticator.authenticate(&token).await {
+                Ok(Some(user)) => user,
+                Ok(None) => return status_response(401, "Unauthorized", "Unauthorized"),
+                Err(err) => {
+                    tracing::warn!(error = %err, %path, "cannot authenticate a request");
+                    return status_response(401, "Unauthorized", "Unauthorized");
+                }
+            }
+        }
+    };
+    let verb = request.method().as_str().to_ascii_lowercase();
+    match auth.authorizer.authorize(&user, &verb, &path).await {
+        Ok(decision) if decision.allowed => next.run(request).await,
+        Ok(decision) => {
+            let mut message = format!(
+                "forbidden: User {:?} cannot {verb} path {path:?}",
+                user.username
+            );
+            if let Some(reason) = decision.reason {
+                message.push_str(": ");
+                message.push_str(&reason);
+            }
+            tracing::debug!(user = %user.username, %verb, %path, "request forbidden");
+            status_response(403, "Forbidden", &message)
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, user = %user.username, %path, "cannot authorize a request");
+            status_response(
+                500,
+                "InternalError",
+                &format!("Internal error occurred: {err}"),
+            )
+        }
+    }
+}
+
+/// Binds the listening socket.
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| ServeError::Bind { address, source })
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown` fires.
+pub fn spawn(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    tokio::spawn(async move {
+        loop {
+            let (stream, remote) = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let acceptor = acceptor.clone();
+            let router = router.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let tls =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(err)) => {
+                            tracing::debug!(%remote, error = %err, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%remote, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let peer = PeerIdentity(
+                    tls.get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| tls::certificate_user(leaf.as_ref()))
+                        .map(|(username, mut groups)| {
+                            groups.push(AUTHENTICATED_GROUP.to_string());
+                            UserInfo {
+                                username,
+                                groups,
+                                ..UserInfo::default()
+                            }
+                        }),
+                );
+                let service = hyper::service::service_fn(
+                    move |mut request: http::Request<hyper::body::Incoming>| {
+                        request.extensions_mut().insert(peer.clone());
+                        router.clone().oneshot(request.map(Body::new))
+                    },
+                );
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let connection = builder.serve_connection(TokioIo::new(tls), service);
+                tokio::pin!(connection);
+                tokio::select! {
+                    result = connection.as_mut() => {
+                        if let Err(err) = result {
+                            tracing::debug!(%remote, error = %err, "connection ended with an error");
+                        }
+                    }
+                    _ = shutdown.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+                    }
+                }
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer_token(&headers), None);
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer abc"),
+        );
+        assert_eq!(bearer_token(&headers).as_deref(), Some("abc"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  xyz "),
+        );
+        assert_eq!(bearer_token(&headers).as_deref(), Some("xyz"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(bearer_token(&headers), None);
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer_token(&headers), None);
+    }
+
+    #[test]
+    fn status_bodies() {
+        let body = status_body(403, "Forbidden", "no");
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["code"], 403);
+        assert_eq!(body["details"], serde_json::json!({}));
+    }
+}

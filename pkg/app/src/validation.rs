@@ -1,0 +1,712 @@
+//! Validation of the parsed flags into an [`AppConfig`]: every bad value gets a specific message, and the
+//! daemon exits with code 2 (a usage error) when any is found.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_controllers::{ControllerConfig, ControllerName};
+use cloud_provider::RegistryError;
+use ipnet::IpNet;
+
+use crate::controllers_flag::enabled_controllers;
+use crate::duration::format_duration;
+use crate::leader::LeaderElectionConfig;
+use crate::options::{LogFormat, Options};
+
+/// client-go's jitter factor for leader-election retries: the renew deadline must exceed
+/// `JITTER_FACTOR * retry period`.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// Leader-election settings (present when `--leader-elect=true`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// `--leader-elect-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--leader-elect-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--leader-elect-retry-period`.
+    pub retry_period: Duration,
+}
+
+impl LeaderElectionSettings {
+    /// The elector configuration for `identity`.
+    pub fn elector_config(&self, identity: &str) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            identity: identity.to_string(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// Serving settings (present when `--secure-port` is not 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingSettings {
+    /// `--bind-address:--secure-port`.
+    pub address: SocketAddr,
+    /// Certificate and key files, or `None` for an in-memory self-signed certificate.
+    pub cert_and_key: Option<(PathBuf, PathBuf)>,
+    /// `--authentication-kubeconfig`.
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// `--authorization-kubeconfig`.
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// `--authentication-skip-lookup`.
+    pub authentication_skip_lookup: bool,
+    /// `--authorization-always-allow-paths`.
+    pub always_allow_paths: Vec<String>,
+}
+
+/// The validated configuration of one daemon run.
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    /// `--cloud-provider`.
+    pub cloud_provider: String,
+    /// `--cloud-config`.
+    pub cloud_config: Option<PathBuf>,
+    /// `--allow-untagged-cloud`.
+    pub allow_untagged_cloud: bool,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--master`.
+    pub master: Option<String>,
+    /// `--kube-api-qps`.
+    pub kube_api_qps: f64,
+    /// `--kube-api-burst`.
+    pub kube_api_burst: u32,
+    /// The controllers `--controllers` enables, in start order (before capability checks).
+    pub controllers: Vec<ControllerName>,
+    /// The settings handed to the controllers.
+    pub controller_config: Arc<ControllerConfig>,
+    /// Leader election, or `None` with `--leader-elect=false`.
+    pub leader_election: Option<LeaderElectionSettings>,
+    /// Serving, or `None` with `--secure-port=0`.
+    pub serving: Option<ServingSettings>,
+    /// `-v`.
+    pub verbosity: u8,
+    /// `--log-format`.
+    pub log_format: LogFormat,
+}
+
+/// Every problem found in the flags, one message each, in flag order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct ValidationErrors(pub Vec<String>);
+
+/// Checks the flags and builds the configuration. `providers` are the compiled-in provider names (they
+/// appear in the message for an empty or `external` `--cloud-provider`).
+pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, ValidationErrors> {
+    let mut errors = Vec::new();
+    let known = if providers.is_empty() {
+        "none".to_string()
+    } else {
+        providers.join(", ")
+    };
+
+    let cloud_provider = options
+        .cloud_provider
+        .as_deref()
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_string();
+    if cloud_provider.is_empty() {
+        errors.push(format!(
+            "--cloud-provider: {} (compiled-in providers: {known})",
+            RegistryError::Empty
+        ));
+    } else if cloud_provider == cloud_provider::EXTERNAL_PROVIDER_NAME {
+        errors.push(format!(
+            "--cloud-provider: {} (compiled-in providers: {known})",
+            RegistryError::External
+        ));
+    }
+
+    if let Some(master) = &options.master
+        && (master.parse::<http::Uri>().is_err() || !master.contains("://"))
+    {
+        errors.push(format!(
+            "--master {master:?} is not a URL (expected e.g. https://10.0.0.1:6443)"
+        ));
+    }
+    if !(options.kube_api_qps.is_finite() && options.kube_api_qps > 0.0) {
+        errors.push(format!(
+            "--kube-api-qps must be greater than 0, got {}",
+            options.kube_api_qps
+        ));
+    }
+    let kube_api_burst = match u32::try_from(options.kube_api_burst) {
+        Ok(burst) if burst >= 1 => burst,
+        _ => {
+            errors.push(format!(
+                "--kube-api-burst must be at least 1, got {}",
+                options.kube_api_burst
+            ));
+            1
+        }
+    };
+
+    let controllers = match enabled_controllers(&options.controllers) {
+        Ok(controllers) => controllers,
+        Err(message) => {
+            errors.push(message);
+            Vec::new()
+        }
+    };
+
+    if options.cluster_name.trim().is_empty() {
+        errors.push("--cluster-name must not be empty".to_string());
+    }
+    let cluster_cidrs = match parse_cluster_cidrs(&options.cluster_cidr) {
+        Ok(cidrs) => cidrs,
+        Err(message) => {
+            errors.push(message);
+            Vec::new()
+        }
+    };
+    if options.allocate_node_cidrs
+        && options.configure_cloud_routes
+        && options.cluster_cidr.trim().is_empty()
+    {
+        errors.push(
+            "--cluster-cidr is required when --allocate-node-cidrs and --configure-cloud-routes are both \
+             true (node-route-controller only manages routes inside the cluster CIDR)"
+                .to_string(),
+        );
+    }
+    for (flag, value) in [
+        ("--node-monitor-period", options.node_monitor_period),
+        (
+            "--node-status-update-frequency",
+            options.node_status_update_frequency,
+        ),
+        (
+            "--route-reconciliation-period",
+            options.route_reconciliation_period,
+        ),
+    ] {
+        if value.is_zero() {
+            errors.push(format!("{flag} must be greater than 0"));
+        }
+    }
+    let concurrent_node_syncs = positive_count(
+        "--concurrent-node-syncs",
+        options.concurrent_node_syncs,
+        &mut errors,
+    );
+    let concurrent_service_syncs = positive_count(
+        "--concurrent-service-syncs",
+        options.concurrent_service_syncs,
+        &mut errors,
+    );
+    let node_deletion_max_percent = match u32::try_from(options.node_deletion_max_percent) {
+        Ok(percent) if percent <= 100 => percent,
+        _ => {
+            errors.push(format!(
+                "--node-deletion-max-percent must be between 0 and 100, got {}",
+                options.node_deletion_max_percent
+            ));
+            0
+        }
+    };
+
+    let leader_election = if options.leader_elect {
+        validate_leader_election(options, &mut errors)
+    } else {
+        None
+    };
+
+    let serving = validate_serving(options, &mut errors);
+
+    if !errors.is_empty() {
+        return Err(ValidationErrors(errors));
+    }
+
+    let controller_config = ControllerConfig {
+        cluster_name: options.cluster_name.trim().to_string(),
+        cluster_cidrs,
+        allocate_node_cidrs: options.allocate_node_cidrs,
+        configure_cloud_routes: options.configure_cloud_routes,
+        node_monitor_period: options.node_monitor_period,
+        node_status_update_frequency: options.node_status_update_frequency,
+        route_reconciliation_period: options.route_reconciliation_period,
+        concurrent_node_syncs,
+        concurrent_service_syncs,
+        node_deletion_max_percent,
+    };
+
+    Ok(AppConfig {
+        cloud_provider,
+        cloud_config: options
+            .cloud_config
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        allow_untagged_cloud: options.allow_untagged_cloud,
+        kubeconfig: options
+            .kubeconfig
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        master: options.master.clone().filter(|m| !m.is_empty()),
+        kube_api_qps: options.kube_api_qps,
+        kube_api_burst,
+        controllers,
+        controller_config: Arc::new(controller_config),
+        leader_election,
+        serving,
+        verbosity: options.verbosity,
+        log_format: options.log_format,
+    })
+}
+
+fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> usize {
+    match usize::try_from(value) {
+        Ok(count) if count >= 1 => count,
+        _ => {
+            errors.push(format!("{flag} must be at least 1, got {value}"));
+            1
+        }
+    }
+}
+
+/// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR.
+pub fn parse_cluster_cidrs(value: &str) -> Result<Vec<IpNet>, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    let parts: Vec<&str> = value.split(',').map(str::trim).collect();
+    let mut cidrs = Vec::with_capacity(parts.len());
+    for part in &parts {
+        let cidr: IpNet = part.parse().map_err(|_| {
+            format!("--cluster-cidr: {part:?} is not a valid CIDR (expected e.g. 10.244.0.0/16)")
+        })?;
+        cidrs.push(cidr);
+    }
+    if cidrs.len() > 2 {
+        return Err(format!(
+            "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got {}",
+            cidrs.len()
+        ));
+    }
+    if let [first, second] = cidrs.as_slice() {
+        let same_family = matches!(
+            (first, second),
+            (IpNet::V4(_), IpNet::V4(_)) | (IpNet::V6(_), IpNet::V6(_))
+        );
+        if same_family {
+            return Err(format!(
+                "--cluster-cidr {value:?}: a dual-stack value needs one IPv4 and one IPv6 CIDR, got two of \
+                 the same family"
+            ));
+        }
+    }
+    Ok(cidrs)
+}
+
+fn validate_leader_election(
+    options: &Options,
+    errors: &mut Vec<String>,
+) -> Option<LeaderElectionSettings> {
+    let lease = options.leader_elect_lease_duration;
+    let renew = options.leader_elect_renew_deadline;
+    let retry = options.leader_elect_retry_period;
+    let before = errors.len();
+    if lease < Duration::from_secs(1) {
+        errors.push(format!(
+            "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got {}",
+            format_duration(lease)
+        ));
+    }
+    if renew.is_zero() {
+        errors.push("--leader-elect-renew-deadline must be greater than 0".to_string());
+    } else if renew >= lease {
+        errors.push(format!(
+            "--leader-elect-renew-deadline ({}) must be less than --leader-elect-lease-duration ({})",
+            format_duration(renew),
+            format_duration(lease)
+        ));
+    }
+    if retry.is_zero() {
+        errors.push("--leader-elect-retry-period must be greater than 0".to_string());
+    } else if !renew.is_zero() && renew.as_secs_f64() <= JITTER_FACTOR * retry.as_secs_f64() {
+        errors.push(format!(
+            "--leader-elect-renew-deadline ({}) must be greater than {JITTER_FACTOR} x \
+             --leader-elect-retry-period ({})",
+            format_duration(renew),
+            format_duration(retry)
+        ));
+    }
+    if options.leader_elect_resource_name.trim().is_empty() {
+        errors.push("--leader-elect-resource-name must not be empty".to_string());
+    }
+    if options.leader_elect_resource_namespace.trim().is_empty() {
+        errors.push("--leader-elect-resource-namespace must not be empty".to_string());
+    }
+    (errors.len() == before).then(|| LeaderElectionSettings {
+        namespace: options.leader_elect_resource_namespace.trim().to_string(),
+        name: options.leader_elect_resource_name.trim().to_string(),
+        lease_duration: lease,
+        renew_deadline: renew,
+        retry_period: retry,
+    })
+}
+
+fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<ServingSettings> {
+    let before = errors.len();
+    let port = match u16::try_from(options.secure_port) {
+        Ok(port) => port,
+        Err(_) => {
+            errors.push(format!(
+                "--secure-port must be between 0 and 65535 (0 disables serving), got {}",
+                options.secure_port
+            ));
+            0
+        }
+    };
+    let ip: Option<IpAddr> = match options.bind_address.trim().parse() {
+        Ok(ip) => Some(ip),
+        Err(_) => {
+            errors.push(format!(
+                "--bind-address {:?} is not an IP address",
+                options.bind_address
+            ));
+            None
+        }
+    };
+    let cert = options
+        .tls_cert_file
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty());
+    let key = options
+        .tls_private_key_file
+        .clone()
+        .filter(|p| !p.as_os_str().is_empty());
+    let cert_and_key = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.push("--tls-cert-file requires --tls-private-key-file".to_string());
+            None
+        }
+        (None, Some(_)) => {
+            errors.push("--tls-private-key-file requires --tls-cert-file".to_string());
+            None
+        }
+    };
+    for path in &options.authorization_always_allow_paths {
+        if !path.starts_with('/') {
+            errors.push(format!(
+                "--authorization-always-allow-paths: {path:?} must start with \"/\""
+            ));
+        } else if path.find('*').is_some_and(|i| i != path.len() - 1) {
+            errors.push(format!(
+                "--authorization-always-allow-paths: {path:?} may only have \"*\" as its last character"
+            ));
+        }
+    }
+    if errors.len() != before || port == 0 {
+        return None;
+    }
+    let ip = ip?;
+    Some(ServingSettings {
+        address: SocketAddr::new(ip, port),
+        cert_and_key,
+        authentication_kubeconfig: options
+            .authentication_kubeconfig
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        authorization_kubeconfig: options
+            .authorization_kubeconfig
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        authentication_skip_lookup: options.authentication_skip_lookup,
+        always_allow_paths: options.authorization_always_allow_paths.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn providers() -> Vec<String> {
+        vec!["aws".to_string(), "fake".to_string()]
+    }
+
+    fn options(extra: &[&str]) -> Options {
+        let mut args = vec!["ccm", "--cloud-provider=fake"];
+        args.extend_from_slice(extra);
+        Options::try_parse_from(args).unwrap()
+    }
+
+    fn errors_for(extra: &[&str]) -> Vec<String> {
+        match validate(&options(extra), &providers()) {
+            Ok(_) => Vec::new(),
+            Err(ValidationErrors(errors)) => errors,
+        }
+    }
+
+    /// One bad value per row, with its exact message.
+    #[test]
+    fn bad_values_and_their_messages() {
+        let table: &[(&[&str], &str)] = &[
+            (
+                &["--concurrent-node-syncs=0"],
+                "--concurrent-node-syncs must be at least 1, got 0",
+            ),
+            (
+                &["--concurrent-node-syncs=-3"],
+                "--concurrent-node-syncs must be at least 1, got -3",
+            ),
+            (
+                &["--concurrent-service-syncs=0"],
+                "--concurrent-service-syncs must be at least 1, got 0",
+            ),
+            (
+                &["--cluster-cidr=10.0.0.0/33"],
+                "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+            ),
+            (
+                &["--cluster-cidr=banana"],
+                "--cluster-cidr: \"banana\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+            ),
+            (
+                &["--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"],
+                "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got 3",
+            ),
+            (
+                &["--cluster-cidr=10.0.0.0/16,10.1.0.0/16"],
+                "--cluster-cidr \"10.0.0.0/16,10.1.0.0/16\": a dual-stack value needs one IPv4 and one IPv6 \
+                 CIDR, got two of the same family",
+            ),
+            (
+                &["--cluster-cidr=fd00::/48,fd01::/48"],
+                "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
+                 CIDR, got two of the same family",
+            ),
+            (
+                &["--allocate-node-cidrs=true"],
+                "--cluster-cidr is required when --allocate-node-cidrs and --configure-cloud-routes are \
+                 both true (node-route-controller only manages routes inside the cluster CIDR)",
+            ),
+            (
+                &["--leader-elect-renew-deadline=15s"],
+                "--leader-elect-renew-deadline (15s) must be less than --leader-elect-lease-duration (15s)",
+            ),
+            (
+                &[
+                    "--leader-elect-renew-deadline=20s",
+                    "--leader-elect-lease-duration=15s",
+                ],
+                "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)",
+            ),
+            (
+                &["--leader-elect-retry-period=0s"],
+                "--leader-elect-retry-period must be greater than 0",
+            ),
+            (
+                &["--leader-elect-retry-period=9s"],
+                "--leader-elect-renew-deadline (10s) must be greater than 1.2 x --leader-elect-retry-period \
+                 (9s)",
+            ),
+            (
+                &["--leader-elect-renew-deadline=0s"],
+                "--leader-elect-renew-deadline must be greater than 0",
+            ),
+            (
+                &[
+                    "--leader-elect-lease-duration=500ms",
+                    "--leader-elect-renew-deadline=400ms",
+                    "--leader-elect-retry-period=100ms",
+                ],
+                "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
+            ),
+            (
+                &["--leader-elect-resource-name="],
+                "--leader-elect-resource-name must not be empty",
+            ),
+            (
+                &["--leader-elect-resource-namespace= "],
+                "--leader-elect-resource-namespace must not be empty",
+            ),
+            (
+                &["--secure-port=70000"],
+                "--secure-port must be between 0 and 65535 (0 disables serving), got 70000",
+            ),
+            (
+                &["--secure-port=-1"],
+                "--secure-port must be between 0 and 65535 (0 disables serving), got -1",
+            ),
+            (
+                &["--tls-cert-file=/tmp/cert.pem"],
+                "--tls-cert-file requires --tls-private-key-file",
+            ),
+            (
+                &["--tls-private-key-file=/tmp/key.pem"],
+                "--tls-private-key-file requires --tls-cert-file",
+            ),
+            (
+                &["--bind-address=localhost"],
+                "--bind-address \"localhost\" is not an IP address",
+            ),
+            (
+                &["--node-deletion-max-percent=101"],
+                "--node-deletion-max-percent must be between 0 and 100, got 101",
+            ),
+            (
+                &["--node-deletion-max-percent=-1"],
+                "--node-deletion-max-percent must be between 0 and 100, got -1",
+            ),
+            (
+                &["--kube-api-qps=0"],
+                "--kube-api-qps must be greater than 0, got 0",
+            ),
+            (
+                &["--kube-api-burst=0"],
+                "--kube-api-burst must be at least 1, got 0",
+            ),
+            (
+                &["--node-monitor-period=0s"],
+                "--node-monitor-period must be greater than 0",
+            ),
+            (
+                &["--node-status-update-frequency=0"],
+                "--node-status-update-frequency must be greater than 0",
+            ),
+            (
+                &["--route-reconciliation-period=0ms"],
+                "--route-reconciliation-period must be greater than 0",
+            ),
+            (&["--cluster-name="], "--cluster-name must not be empty"),
+            (
+                &["--master=not a url"],
+                "--master \"not a url\" is not a URL (expected e.g. https://10.0.0.1:6443)",
+            ),
+            (
+                &["--authorization-always-allow-paths=metrics"],
+                "--authorization-always-allow-paths: \"metrics\" must start with \"/\"",
+            ),
+            (
+                &["--authorization-always-allow-paths=/a*b"],
+                "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
+            ),
+            (
+                &["--cloud-provider="],
+                "--cloud-provider: no cloud provider given: the cloud-controller-manager runs the \
+                 cloud-specific controllers and needs a concrete provider name (--cloud-provider) \
+                 (compiled-in providers: aws, fake)",
+            ),
+            (
+                &["--cloud-provider=external"],
+                "--cloud-provider: cloud provider \"external\" cannot be used here: \"external\" tells \
+                 kubelets and kube-controller-manager that a separate cloud-controller-manager runs the \
+                 cloud loops, and this program is that cloud-controller-manager; give it a concrete provider \
+                 name (--cloud-provider) (compiled-in providers: aws, fake)",
+            ),
+        ];
+        for (args, want) in table {
+            assert_eq!(errors_for(args), vec![want.to_string()], "args {args:?}");
+        }
+    }
+
+    #[test]
+    fn leader_election_checks_are_skipped_when_disabled() {
+        assert!(errors_for(&["--leader-elect=false", "--leader-elect-retry-period=0s"]).is_empty());
+        let config = validate(&options(&["--leader-elect=false"]), &providers()).unwrap();
+        assert!(config.leader_election.is_none());
+    }
+
+    #[test]
+    fn several_errors_are_all_reported() {
+        let errors = errors_for(&["--concurrent-node-syncs=0", "--secure-port=99999"]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        let joined = ValidationErrors(errors).to_string();
+        assert!(joined.contains('\n'));
+    }
+
+    #[test]
+    fn no_cloud_provider_flag_is_an_error() {
+        let options = Options::try_parse_from(["ccm"]).unwrap();
+        let err = validate(&options, &[]).unwrap_err();
+        assert!(err.0[0].starts_with("--cloud-provider: no cloud provider given"));
+        assert!(err.0[0].ends_with("(compiled-in providers: none)"));
+    }
+
+    #[test]
+    fn a_good_configuration() {
+        let config = validate(
+            &options(&[
+                "--cluster-cidr=10.244.0.0/16, fd00:10::/56",
+                "--allocate-node-cidrs",
+                "--controllers=*,-pv-label",
+                "--concurrent-node-syncs=4",
+                "--node-deletion-max-percent=0",
+                "--secure-port=0",
+                "--kube-api-qps=5.5",
+                "--kube-api-burst=7",
+                "--leader-elect-lease-duration=2s",
+                "--leader-elect-renew-deadline=1s",
+                "--leader-elect-retry-period=500ms",
+                "--cloud-config=",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        assert_eq!(config.cloud_provider, "fake");
+        assert_eq!(config.cloud_config, None);
+        assert_eq!(config.controller_config.cluster_cidrs.len(), 2);
+        assert!(config.controller_config.allocate_node_cidrs);
+        assert_eq!(config.controller_config.concurrent_node_syncs, 4);
+        assert_eq!(config.controller_config.node_deletion_max_percent, 0);
+        assert_eq!(config.controller_config.cluster_name, "kubernetes");
+        assert!(!config.controllers.contains(&ControllerName::PvLabel));
+        assert_eq!(config.controllers.len(), 4);
+        assert!(config.serving.is_none());
+        assert_eq!(config.kube_api_qps, 5.5);
+        assert_eq!(config.kube_api_burst, 7);
+        let le = config.leader_election.unwrap();
+        assert_eq!(le.lease_duration, Duration::from_secs(2));
+        assert_eq!(le.namespace, "kube-system");
+        assert_eq!(le.name, "cloud-controller-manager");
+    }
+
+    #[test]
+    fn serving_settings() {
+        let config = validate(
+            &options(&[
+                "--bind-address=127.0.0.1",
+                "--secure-port=8443",
+                "--tls-cert-file=/c.pem",
+                "--tls-private-key-file=/k.pem",
+                "--authorization-always-allow-paths=/healthz,/debug/*",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        let serving = config.serving.unwrap();
+        assert_eq!(serving.address, "127.0.0.1:8443".parse().unwrap());
+        assert_eq!(
+            serving.cert_and_key,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
+        assert_eq!(serving.always_allow_paths, vec!["/healthz", "/debug/*"]);
+        assert!(!serving.authentication_skip_lookup);
+    }
+
+    #[test]
+    fn cluster_cidr_parsing() {
+        assert_eq!(parse_cluster_cidrs("").unwrap(), vec![]);
+        assert_eq!(
+            parse_cluster_cidrs("10.0.0.0/8").unwrap(),
+            vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(parse_cluster_cidrs("fd00::/8,10.0.0.0/8").unwrap().len(), 2);
+    }
+}
