@@ -1,0 +1,815 @@
+//! The provider's `--cloud-config` file: an INI file with a `[Global]` section and any number of
+//! `[ServiceOverride "N"]` sections (custom endpoints, for example a local AWS API emulator).
+//!
+//! Every key is checked when the provider is built: an unknown section or key, a repeated key or a bad value
+//! is an error naming the key and its line, so a typo fails at start-up instead of being ignored.
+//!
+//! ```
+//! use provider_aws::CloudConfig;
+//!
+//! let cfg = CloudConfig::parse(br#"
+//! [Global]
+//! Region = eu-west-1
+//! KubernetesClusterID = prod
+//! DisableSecurityGroupIngress = true
+//!
+//! [ServiceOverride "1"]
+//! Service = ec2
+//! Region = eu-west-1
+//! URL = http://127.0.0.1:5000
+//! SigningRegion = eu-west-1
+//! "#).unwrap();
+//! assert_eq!(cfg.region.as_deref(), Some("eu-west-1"));
+//! assert!(cfg.disable_security_group_ingress);
+//! assert_eq!(cfg.service_overrides.len(), 1);
+//!
+//! let err = CloudConfig::parse(b"[Global]\nRegoin = eu-west-1\n").unwrap_err();
+//! assert!(err.to_string().contains("Regoin"));
+//! ```
+
+use std::time::Duration;
+
+use crate::ini::{self, Entry, Section, SyntaxError};
+
+/// The AWS services whose endpoints a `[ServiceOverride]` section may replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AwsService {
+    /// EC2 (`ec2`): instances, subnets, route tables, security groups, volumes.
+    Ec2,
+    /// Elastic Load Balancing v2 (`elasticloadbalancing`): network load balancers.
+    ElasticLoadBalancing,
+    /// STS (`sts`): role assumption for `RoleARN`.
+    Sts,
+}
+
+impl AwsService {
+    /// The service's name as written in `Service = ...`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AwsService::Ec2 => "ec2",
+            AwsService::ElasticLoadBalancing => "elasticloadbalancing",
+            AwsService::Sts => "sts",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "ec2" => Some(AwsService::Ec2),
+            "elasticloadbalancing" | "elasticloadbalancingv2" | "elbv2" => {
+                Some(AwsService::ElasticLoadBalancing)
+            }
+            "sts" => Some(AwsService::Sts),
+            _ => None,
+        }
+    }
+}
+
+/// An IP family of node addresses (`NodeIPFamilies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    /// IPv4 addresses.
+    Ipv4,
+    /// IPv6 addresses.
+    Ipv6,
+}
+
+/// How the SDK retries failed requests (`RetryMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryMode {
+    /// Exponential backoff with jitter, bounded by a retry quota (the SDK's standard mode).
+    #[default]
+    Standard,
+    /// Standard retries plus a client-side rate limiter that slows down after throttling responses.
+    Adaptive,
+}
+
+/// A `[ServiceOverride "N"]` section: requests to `service` in `region` go to `url`, signed for
+/// `signing_region`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceOverride {
+    /// The section's name (the `N` in `[ServiceOverride "N"]`).
+    pub name: String,
+    /// The service whose endpoint is replaced.
+    pub service: AwsService,
+    /// The region the override applies to.
+    pub region: String,
+    /// The endpoint URL.
+    pub url: String,
+    /// The region requests are signed for.
+    pub signing_region: String,
+}
+
+/// Default for `MaxAttempts`.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// Default for `InstanceCacheTTL`.
+pub const DEFAULT_INSTANCE_CACHE_TTL: Duration = Duration::from_secs(30);
+
+/// The parsed cloud-config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudConfig {
+    /// `Zone`: the availability zone this process runs in (otherwise read from the instance metadata service).
+    pub zone: Option<String>,
+    /// `Region`: the AWS region (otherwise from the environment, the profile or the instance metadata service).
+    pub region: Option<String>,
+    /// `VPC`: the cluster's VPC (otherwise the VPC of the nodes' instances).
+    pub vpc: Option<String>,
+    /// `SubnetID`: the subnet load balancers fall back to when no subnet is tagged for the cluster.
+    pub subnet_id: Option<String>,
+    /// `RouteTableID`: the route table for pod routes (otherwise the single table tagged for the cluster).
+    pub route_table_id: Option<String>,
+    /// `RoleARN`: a role to assume, with credentials from the default chain.
+    pub role_arn: Option<String>,
+    /// `KubernetesClusterTag`: the legacy cluster ID, the value of the `KubernetesCluster` tag.
+    pub kubernetes_cluster_tag: Option<String>,
+    /// `KubernetesClusterID`: the cluster ID in `kubernetes.io/cluster/<id>` tags.
+    pub kubernetes_cluster_id: Option<String>,
+    /// `DisableSecurityGroupIngress`: never add load-balancer rules to the nodes' security groups.
+    pub disable_security_group_ingress: bool,
+    /// `ElbSecurityGroup`: the security group attached to load balancers without a
+    /// `service.beta.kubernetes.io/aws-load-balancer-security-groups` annotation.
+    pub elb_security_group: Option<String>,
+    /// `NodeIPFamilies`: the address families reported for nodes, in order (default IPv4 only).
+    pub node_ip_families: Vec<IpFamily>,
+    /// `RetryMode`: `standard` (default) or `adaptive`.
+    pub retry_mode: RetryMode,
+    /// `MaxAttempts`: attempts per request including the first (default 5).
+    pub max_attempts: u32,
+    /// `InstanceCacheTTL`: how stale cached instance data may be for the node lifecycle and address loops
+    /// (default 30s; `0` disables the cache).
+    pub instance_cache_ttl: Duration,
+    /// The `[ServiceOverride "N"]` sections, in file order.
+    pub service_overrides: Vec<ServiceOverride>,
+}
+
+impl Default for CloudConfig {
+    fn default() -> Self {
+        CloudConfig {
+            zone: None,
+            region: None,
+            vpc: None,
+            subnet_id: None,
+            route_table_id: None,
+            role_arn: None,
+            kubernetes_cluster_tag: None,
+            kubernetes_cluster_id: None,
+            disable_security_group_ingress: false,
+            elb_security_group: None,
+            node_ip_families: vec![IpFamily::Ipv4],
+            retry_mode: RetryMode::Standard,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            instance_cache_ttl: DEFAULT_INSTANCE_CACHE_TTL,
+            service_overrides: Vec::new(),
+        }
+    }
+}
+
+/// Why a cloud-config file was refused. Every message names the offending section, key and line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file is not UTF-8.
+    #[error("cloud config is not valid UTF-8")]
+    NotUtf8,
+    /// The file is not valid INI.
+    #[error("cloud config {0}")]
+    Syntax(#[from] SyntaxError),
+    /// A section other than `[Global]` and `[ServiceOverride "N"]`.
+    #[error(
+        "cloud config line {line}: unknown section {header} (allowed: [Global], [ServiceOverride \"N\"])"
+    )]
+    UnknownSection {
+        /// The header as written.
+        header: String,
+        /// Its line.
+        line: usize,
+    },
+    /// A key the section does not have.
+    #[error("cloud config line {line}: unknown key {key:?} in {section} (allowed: {allowed})")]
+    UnknownKey {
+        /// The section header.
+        section: String,
+        /// The key as written.
+        key: String,
+        /// Its line.
+        line: usize,
+        /// The keys the section accepts.
+        allowed: String,
+    },
+    /// A key given twice where only one value is allowed.
+    #[error("cloud config line {line}: key {key} is given more than once in {section}")]
+    DuplicateKey {
+        /// The section header.
+        section: String,
+        /// The key.
+        key: String,
+        /// The line of the repetition.
+        line: usize,
+    },
+    /// A key with a value it cannot have.
+    #[error(
+        "cloud config line {line}: invalid value {value:?} for key {key} in {section}: {reason}"
+    )]
+    InvalidValue {
+        /// The section header.
+        section: String,
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// Its line.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A required key is missing.
+    #[error("cloud config: key {key} is required in {section} (line {line})")]
+    MissingKey {
+        /// The section header.
+        section: String,
+        /// The missing key.
+        key: String,
+        /// The line of the section header.
+        line: usize,
+    },
+    /// Two sections override the same service in the same region.
+    #[error(
+        "cloud config: {section} overrides service {service} in region {region} again (already overridden by {first})"
+    )]
+    DuplicateOverride {
+        /// The second section.
+        section: String,
+        /// The first section.
+        first: String,
+        /// The service.
+        service: String,
+        /// The region.
+        region: String,
+    },
+}
+
+/// The keys of `[Global]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GlobalKey {
+    Zone,
+    Region,
+    Vpc,
+    SubnetId,
+    RouteTableId,
+    RoleArn,
+    KubernetesClusterTag,
+    KubernetesClusterId,
+    DisableSecurityGroupIngress,
+    ElbSecurityGroup,
+    NodeIpFamilies,
+    RetryMode,
+    MaxAttempts,
+    InstanceCacheTtl,
+}
+
+const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
+    ("Zone", GlobalKey::Zone),
+    ("Region", GlobalKey::Region),
+    ("VPC", GlobalKey::Vpc),
+    ("SubnetID", GlobalKey::SubnetId),
+    ("RouteTableID", GlobalKey::RouteTableId),
+    ("RoleARN", GlobalKey::RoleArn),
+    ("KubernetesClusterTag", GlobalKey::KubernetesClusterTag),
+    ("KubernetesClusterID", GlobalKey::KubernetesClusterId),
+    (
+        "DisableSecurityGroupIngress",
+        GlobalKey::DisableSecurityGroupIngress,
+    ),
+    ("ElbSecurityGroup", GlobalKey::ElbSecurityGroup),
+    ("NodeIPFamilies", GlobalKey::NodeIpFamilies),
+    ("RetryMode", GlobalKey::RetryMode),
+    ("MaxAttempts", GlobalKey::MaxAttempts),
+    ("InstanceCacheTTL", GlobalKey::InstanceCacheTtl),
+];
+
+/// The keys of `[ServiceOverride "N"]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OverrideKey {
+    Service,
+    Region,
+    Url,
+    SigningRegion,
+}
+
+const OVERRIDE_KEYS: &[(&str, OverrideKey)] = &[
+    ("Service", OverrideKey::Service),
+    ("Region", OverrideKey::Region),
+    ("URL", OverrideKey::Url),
+    ("SigningRegion", OverrideKey::SigningRegion),
+];
+
+/// A key's value with its section and line, for error messages.
+struct Value<'a> {
+    section: &'a str,
+    key: &'static str,
+    entry: &'a Entry,
+}
+
+impl Value<'_> {
+    fn text(&self) -> &str {
+        self.entry.value.as_deref().unwrap_or("")
+    }
+
+    fn invalid(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError::InvalidValue {
+            section: self.section.to_string(),
+            key: self.key.to_string(),
+            value: self.text().to_string(),
+            line: self.entry.line,
+            reason: reason.into(),
+        }
+    }
+
+    /// A non-empty single token.
+    fn word(&self) -> Result<String, ConfigError> {
+        let text = self.text().trim();
+        if text.is_empty() {
+            return Err(self.invalid("must not be empty"));
+        }
+        if text.chars().any(char::is_whitespace) {
+            return Err(self.invalid("must not contain spaces"));
+        }
+        Ok(text.to_string())
+    }
+
+    /// A resource ID with the given prefix, e.g. `vpc-`.
+    fn id(&self, prefix: &str) -> Result<String, ConfigError> {
+        let text = self.word()?;
+        let ok = text.strip_prefix(prefix).is_some_and(|rest| {
+            !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric())
+        });
+        if !ok {
+            return Err(self.invalid(format!("must be an ID of the form {prefix}<hex digits>")));
+        }
+        Ok(text)
+    }
+
+    fn bool(&self) -> Result<bool, ConfigError> {
+        match self.entry.value.as_deref().map(str::trim) {
+            None => Ok(true),
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "on" | "1" => Ok(true),
+                "false" | "no" | "off" | "0" => Ok(false),
+                _ => Err(self.invalid("must be true or false")),
+            },
+        }
+    }
+}
+
+impl CloudConfig {
+    /// Parses and validates a cloud-config file.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError::NotUtf8)?;
+        let sections = ini::parse(text)?;
+        let mut config = CloudConfig::default();
+        let mut families_seen = false;
+        for section in &sections {
+            if section.name.eq_ignore_ascii_case("Global") && section.subsection.is_none() {
+                config.apply_global(section, &mut families_seen)?;
+            } else if section.name.eq_ignore_ascii_case("ServiceOverride")
+                && section.subsection.is_some()
+            {
+                let over = parse_override(section)?;
+                if let Some(first) = config
+                    .service_overrides
+                    .iter()
+                    .find(|o| o.service == over.service && o.region == over.region)
+                {
+                    return Err(ConfigError::DuplicateOverride {
+                        section: section.header(),
+                        first: format!("[ServiceOverride {:?}]", first.name),
+                        service: over.service.as_str().to_string(),
+                        region: over.region,
+                    });
+                }
+                config.service_overrides.push(over);
+            } else {
+                return Err(ConfigError::UnknownSection {
+                    header: section.header(),
+                    line: section.line,
+                });
+            }
+        }
+        Ok(config)
+    }
+
+    fn apply_global(
+        &mut self,
+        section: &Section,
+        families_seen: &mut bool,
+    ) -> Result<(), ConfigError> {
+        let header = section.header();
+        let mut seen: Vec<GlobalKey> = Vec::new();
+        for entry in &section.entries {
+            let (name, key) = canonical_key(&header, entry, GLOBAL_KEYS)?;
+            if key != GlobalKey::NodeIpFamilies {
+                if seen.contains(&key) {
+                    return Err(ConfigError::DuplicateKey {
+                        section: header.clone(),
+                        key: name.to_string(),
+                        line: entry.line,
+                    });
+                }
+                seen.push(key);
+            }
+            let v = Value {
+                section: &header,
+                key: name,
+                entry,
+            };
+            match key {
+                GlobalKey::Zone => self.zone = Some(v.word()?),
+                GlobalKey::Region => self.region = Some(v.word()?),
+                GlobalKey::Vpc => self.vpc = Some(v.id("vpc-")?),
+                GlobalKey::SubnetId => self.subnet_id = Some(v.id("subnet-")?),
+                GlobalKey::RouteTableId => self.route_table_id = Some(v.id("rtb-")?),
+                GlobalKey::RoleArn => {
+                    let arn = v.word()?;
+                    if !arn.starts_with("arn:") || !arn.contains(":role/") {
+                        return Err(v.invalid(
+                            "must be an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)",
+                        ));
+                    }
+                    self.role_arn = Some(arn);
+                }
+                GlobalKey::KubernetesClusterTag => {
+                    self.kubernetes_cluster_tag = Some(cluster_id(&v)?)
+                }
+                GlobalKey::KubernetesClusterId => {
+                    self.kubernetes_cluster_id = Some(cluster_id(&v)?)
+                }
+                GlobalKey::DisableSecurityGroupIngress => {
+                    self.disable_security_group_ingress = v.bool()?
+                }
+                GlobalKey::ElbSecurityGroup => self.elb_security_group = Some(v.id("sg-")?),
+                GlobalKey::NodeIpFamilies => {
+                    if !*families_seen {
+                        self.node_ip_families.clear();
+                        *families_seen = true;
+                    }
+                    for item in v.text().split(',').map(str::trim) {
+                        let family = match item.to_ascii_lowercase().as_str() {
+                            "ipv4" => IpFamily::Ipv4,
+                            "ipv6" => IpFamily::Ipv6,
+                            _ => return Err(v.invalid("each family must be ipv4 or ipv6")),
+                        };
+                        if self.node_ip_families.contains(&family) {
+                            return Err(v.invalid("a family is listed twice"));
+                        }
+                        self.node_ip_families.push(family);
+                    }
+                }
+                GlobalKey::RetryMode => {
+                    self.retry_mode = match v.text().trim().to_ascii_lowercase().as_str() {
+                        "standard" => RetryMode::Standard,
+                        "adaptive" => RetryMode::Adaptive,
+                        _ => return Err(v.invalid("must be standard or adaptive")),
+                    }
+                }
+                GlobalKey::MaxAttempts => {
+                    self.max_attempts = match v.text().trim().parse::<u32>() {
+                        Ok(n @ 1..=20) => n,
+                        _ => return Err(v.invalid("must be a whole number from 1 to 20")),
+                    }
+                }
+                GlobalKey::InstanceCacheTtl => {
+                    self.instance_cache_ttl = parse_duration(v.text().trim()).ok_or_else(|| {
+                        v.invalid("must be a duration such as 30s, 2m or 0 (at most 1h)")
+                    })?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The override for `service` in `region`, if any.
+    pub fn service_override(&self, service: AwsService, region: &str) -> Option<&ServiceOverride> {
+        self.service_overrides
+            .iter()
+            .find(|o| o.service == service && o.region == region)
+    }
+}
+
+fn canonical_key<K: Copy>(
+    header: &str,
+    entry: &Entry,
+    allowed: &[(&'static str, K)],
+) -> Result<(&'static str, K), ConfigError> {
+    allowed
+        .iter()
+        .copied()
+        .find(|(name, _)| name.eq_ignore_ascii_case(&entry.key))
+        .ok_or_else(|| ConfigError::UnknownKey {
+            section: header.to_string(),
+            key: entry.key.clone(),
+            line: entry.line,
+            allowed: allowed
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+fn cluster_id(v: &Value<'_>) -> Result<String, ConfigError> {
+    let id = v.word()?;
+    if id.len() > 100
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(v.invalid(
+            "must be at most 100 letters, digits, '-', '_' or '.' (it becomes part of a tag key)",
+        ));
+    }
+    Ok(id)
+}
+
+fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
+    let header = section.header();
+    let mut service = None;
+    let mut region = None;
+    let mut url = None;
+    let mut signing_region = None;
+    for entry in &section.entries {
+        let (name, key) = canonical_key(&header, entry, OVERRIDE_KEYS)?;
+        let v = Value {
+            section: &header,
+            key: name,
+            entry,
+        };
+        let slot_taken = match key {
+            OverrideKey::Service => service.is_some(),
+            OverrideKey::Region => region.is_some(),
+            OverrideKey::Url => url.is_some(),
+            OverrideKey::SigningRegion => signing_region.is_some(),
+        };
+        if slot_taken {
+            return Err(ConfigError::DuplicateKey {
+                section: header.clone(),
+                key: name.to_string(),
+                line: entry.line,
+            });
+        }
+        match key {
+            OverrideKey::Service => {
+                let name = v.word()?;
+                service = Some(AwsService::parse(&name).ok_or_else(|| {
+                    v.invalid(
+                        "must be ec2, elasticloadbalancing or sts (the services this provider calls)",
+                    )
+                })?);
+            }
+            OverrideKey::Region => region = Some(v.word()?),
+            OverrideKey::Url => {
+                let text = v.word()?;
+                let rest = text
+                    .strip_prefix("http://")
+                    .or_else(|| text.strip_prefix("https://"));
+                if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+                    return Err(v.invalid("must be an http:// or https:// URL with a host"));
+                }
+                url = Some(text);
+            }
+            OverrideKey::SigningRegion => signing_region = Some(v.word()?),
+        }
+    }
+    let missing = |key: &str| ConfigError::MissingKey {
+        section: header.clone(),
+        key: key.to_string(),
+        line: section.line,
+    };
+    Ok(ServiceOverride {
+        name: section.subsection.clone().unwrap_or_default(),
+        service: service.ok_or_else(|| missing("Service"))?,
+        region: region.ok_or_else(|| missing("Region"))?,
+        url: url.ok_or_else(|| missing("URL"))?,
+        signing_region: signing_region.ok_or_else(|| missing("SigningRegion"))?,
+    })
+}
+
+/// `0`, `<n>s`, `<n>m`, `<n>ms` or a bare number of seconds, at most one hour.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let (digits, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60_000)
+    } else {
+        (text, 1000)
+    };
+    let n: u64 = digits.parse().ok()?;
+    let d = Duration::from_millis(n.checked_mul(unit_ms)?);
+    (d <= Duration::from_secs(3600)).then_some(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        CloudConfig::parse(text.as_bytes()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn empty_config_is_the_default() {
+        assert_eq!(CloudConfig::parse(b"").unwrap(), CloudConfig::default());
+        let d = CloudConfig::default();
+        assert_eq!(d.node_ip_families, vec![IpFamily::Ipv4]);
+        assert_eq!(d.retry_mode, RetryMode::Standard);
+        assert_eq!(d.max_attempts, DEFAULT_MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn every_global_key() {
+        let cfg = CloudConfig::parse(
+            br#"
+[global]
+zone = us-east-1b
+Region = us-east-1
+VPC = vpc-0123abcd
+SubnetID = subnet-0a1b
+RouteTableID = rtb-99
+RoleARN = arn:aws:iam::123456789012:role/ccm
+KubernetesClusterTag = legacy
+KubernetesClusterID = prod-1
+DisableSecurityGroupIngress = yes
+ElbSecurityGroup = sg-0f
+NodeIPFamilies = ipv6
+NodeIPFamilies = ipv4
+RetryMode = adaptive
+MaxAttempts = 8
+InstanceCacheTTL = 2m
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.zone.as_deref(), Some("us-east-1b"));
+        assert_eq!(cfg.region.as_deref(), Some("us-east-1"));
+        assert_eq!(cfg.vpc.as_deref(), Some("vpc-0123abcd"));
+        assert_eq!(cfg.subnet_id.as_deref(), Some("subnet-0a1b"));
+        assert_eq!(cfg.route_table_id.as_deref(), Some("rtb-99"));
+        assert_eq!(
+            cfg.role_arn.as_deref(),
+            Some("arn:aws:iam::123456789012:role/ccm")
+        );
+        assert_eq!(cfg.kubernetes_cluster_tag.as_deref(), Some("legacy"));
+        assert_eq!(cfg.kubernetes_cluster_id.as_deref(), Some("prod-1"));
+        assert!(cfg.disable_security_group_ingress);
+        assert_eq!(cfg.elb_security_group.as_deref(), Some("sg-0f"));
+        assert_eq!(cfg.node_ip_families, vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        assert_eq!(cfg.retry_mode, RetryMode::Adaptive);
+        assert_eq!(cfg.max_attempts, 8);
+        assert_eq!(cfg.instance_cache_ttl, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn families_comma_separated_and_bare_bool() {
+        let cfg = CloudConfig::parse(
+            b"[Global]\nNodeIPFamilies = ipv4, ipv6\nDisableSecurityGroupIngress\nInstanceCacheTTL = 0\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.node_ip_families, vec![IpFamily::Ipv4, IpFamily::Ipv6]);
+        assert!(cfg.disable_security_group_ingress);
+        assert_eq!(cfg.instance_cache_ttl, Duration::ZERO);
+    }
+
+    #[test]
+    fn service_overrides() {
+        let cfg = CloudConfig::parse(
+            br#"
+[ServiceOverride "a"]
+Service = EC2
+Region = r1
+URL = http://127.0.0.1:5000
+SigningRegion = r1
+[ServiceOverride "b"]
+Service = elasticloadbalancing
+Region = r1
+URL = https://elb.example
+SigningRegion = s1
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.service_overrides.len(), 2);
+        let ec2 = cfg.service_override(AwsService::Ec2, "r1").unwrap();
+        assert_eq!(ec2.name, "a");
+        assert_eq!(ec2.url, "http://127.0.0.1:5000");
+        let elb = cfg
+            .service_override(AwsService::ElasticLoadBalancing, "r1")
+            .unwrap();
+        assert_eq!(elb.signing_region, "s1");
+        assert!(cfg.service_override(AwsService::Ec2, "r2").is_none());
+        assert!(cfg.service_override(AwsService::Sts, "r1").is_none());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "[Global]\nRegoin = x\n",
+                &["Regoin", "line 2", "allowed: Zone"],
+            ),
+            (
+                "[Global]\nRegion = a\nregion = b\n",
+                &["Region", "more than once", "line 3"],
+            ),
+            ("[Global]\nVPC = 1234\n", &["VPC", "vpc-"]),
+            ("[Global]\nSubnetID = sn-1\n", &["SubnetID"]),
+            ("[Global]\nRouteTableID = rtb-\n", &["RouteTableID"]),
+            (
+                "[Global]\nElbSecurityGroup = group\n",
+                &["ElbSecurityGroup"],
+            ),
+            ("[Global]\nRoleARN = ccm-role\n", &["RoleARN", "role ARN"]),
+            (
+                "[Global]\nKubernetesClusterID = a b\n",
+                &["KubernetesClusterID", "spaces"],
+            ),
+            (
+                "[Global]\nKubernetesClusterTag = a/b\n",
+                &["KubernetesClusterTag"],
+            ),
+            (
+                "[Global]\nDisableSecurityGroupIngress = maybe\n",
+                &["DisableSecurityGroupIngress", "true or false"],
+            ),
+            (
+                "[Global]\nNodeIPFamilies = ipv5\n",
+                &["NodeIPFamilies", "ipv4 or ipv6"],
+            ),
+            (
+                "[Global]\nNodeIPFamilies = ipv4,ipv4\n",
+                &["NodeIPFamilies", "twice"],
+            ),
+            (
+                "[Global]\nRetryMode = legacy\n",
+                &["RetryMode", "standard or adaptive"],
+            ),
+            ("[Global]\nMaxAttempts = 0\n", &["MaxAttempts"]),
+            ("[Global]\nInstanceCacheTTL = 5h\n", &["InstanceCacheTTL"]),
+            ("[Global]\nZone =\n", &["Zone", "empty"]),
+            ("[Other]\n", &["unknown section [Other]"]),
+            ("[Global \"x\"]\n", &["unknown section [Global \"x\"]"]),
+            (
+                "[ServiceOverride]\n",
+                &["unknown section [ServiceOverride]"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = s3\n",
+                &["Service", "ec2, elasticloadbalancing or sts"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nURL = 127.0.0.1:5000\n",
+                &["URL", "http://"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nEndpoint = x\n",
+                &["Endpoint", "allowed: Service, Region, URL, SigningRegion"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nService = sts\n",
+                &["Service", "more than once"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\n",
+                &["SigningRegion is required", "[ServiceOverride \"1\"]"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\nSigningRegion = r\n\
+                 [ServiceOverride \"2\"]\nService = ec2\nRegion = r\nURL = http://i\nSigningRegion = r\n",
+                &[
+                    "[ServiceOverride \"2\"]",
+                    "already overridden by [ServiceOverride \"1\"]",
+                ],
+            ),
+            ("Region = x\n", &["line 1", "outside any section"]),
+        ];
+        for (text, fragments) in cases {
+            let message = err(text);
+            for fragment in *fragments {
+                assert!(message.contains(fragment), "{text:?}: {message}");
+            }
+        }
+        assert_eq!(
+            CloudConfig::parse(&[0xff, 0xfe]).unwrap_err(),
+            ConfigError::NotUtf8
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_duration("45s"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("60m"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("61m"), None);
+        assert_eq!(parse_duration("-1s"), None);
+        assert_eq!(parse_duration("s"), None);
+    }
+}

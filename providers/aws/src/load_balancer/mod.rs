@@ -1,0 +1,822 @@
+//! Network load balancers for `type: LoadBalancer` Services, through ELBv2.
+//!
+//! Each Service gets one NLB named by [`default_load_balancer_name`](cloud_provider::default_load_balancer_name),
+//! with one listener per Service port (TCP, UDP, or TLS with the certificate of the ssl-cert annotation)
+//! forwarding to a target group of instance targets on the node port. Without a type annotation this
+//! provider creates an NLB where upstream would create a classic ELB; `nlb-ip` and `external` are left to
+//! the AWS Load Balancer Controller. The load balancer, its listeners and target groups carry the additional
+//! tags, `kubernetes.io/service-name=<ns>/<name>` and the cluster's `owned` tag; nothing without the cluster
+//! tag is ever changed.
+
+pub(crate) mod elbv2;
+pub mod naming;
+pub(crate) mod security_groups;
+pub mod spec;
+pub(crate) mod subnets;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use cloud_provider::{CloudError, LoadBalancer, Result, default_load_balancer_name};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
+
+use self::elbv2::{
+    HealthCheckState, LbInfo, NewLoadBalancer, SubnetMapping, TargetGroupInfo, WantedListener,
+};
+use self::naming::target_group_name;
+use self::spec::{
+    ANN_EIP_ALLOCATIONS, ANN_INTERNAL, ANN_PRIVATE_IPV4, ANN_SECURITY_GROUPS, ANN_TYPE, LbKind,
+    LbSpec, SpecError, lb_kind,
+};
+use self::subnets::SubnetInfo;
+use crate::cloud::AwsCloud;
+use crate::instances::{Ec2Instance, instance_ref_for_node};
+use crate::tagging::TAG_SERVICE_NAME;
+
+fn status(lb: &LbInfo) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: Some(vec![LoadBalancerIngress {
+            hostname: Some(lb.dns_name.clone()),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or("default"),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether the node carries every label of the target-node-labels annotation.
+fn node_selected(node: &Node, labels: &BTreeMap<String, String>) -> bool {
+    let have = node.metadata.labels.as_ref();
+    labels
+        .iter()
+        .all(|(k, v)| have.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// The load-balancer attributes the annotations ask for.
+fn wanted_lb_attributes(spec: &LbSpec) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Some(cross_zone) = spec.cross_zone {
+        out.insert(
+            "load_balancing.cross_zone.enabled".to_string(),
+            cross_zone.to_string(),
+        );
+    }
+    if let Some(log) = &spec.access_log {
+        out.insert(
+            "access_logs.s3.enabled".to_string(),
+            log.enabled.to_string(),
+        );
+        if let Some(bucket) = &log.bucket {
+            out.insert("access_logs.s3.bucket".to_string(), bucket.clone());
+        }
+        if let Some(prefix) = &log.prefix {
+            out.insert("access_logs.s3.prefix".to_string(), prefix.clone());
+        }
+    }
+    out
+}
+
+/// Subnet mappings of a new load balancer: each subnet with its Elastic IP allocation or private IPv4 address
+/// (by position), checking there is exactly one per subnet and that each address lies in its subnet.
+fn subnet_mappings(
+    spec: &LbSpec,
+    subnets: &[SubnetInfo],
+) -> std::result::Result<Vec<SubnetMapping>, SpecError> {
+    let listed = || {
+        subnets
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(eips) = &spec.eip_allocations
+        && eips.len() != subnets.len()
+    {
+        return Err(SpecError::new(
+            ANN_EIP_ALLOCATIONS,
+            format!(
+                "{} allocations for {} subnets ({}); give one per subnet",
+                eips.len(),
+                subnets.len(),
+                listed()
+            ),
+        ));
+    }
+    if let Some(ips) = &spec.private_ipv4_addresses {
+        if ips.len() != subnets.len() {
+            return Err(SpecError::new(
+                ANN_PRIVATE_IPV4,
+                format!(
+                    "{} addresses for {} subnets ({}); give one per subnet",
+                    ips.len(),
+                    subnets.len(),
+                    listed()
+                ),
+            ));
+        }
+        for (ip, subnet) in ips.iter().zip(subnets) {
+            if let Some(cidr) = subnet.cidr
+                && !cidr.contains(&std::net::IpAddr::V4(*ip))
+            {
+                return Err(SpecError::new(
+                    ANN_PRIVATE_IPV4,
+                    format!("{ip} is not in subnet {} ({cidr})", subnet.id),
+                ));
+            }
+        }
+    }
+    Ok(subnets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SubnetMapping {
+            subnet_id: s.id.clone(),
+            allocation_id: spec
+                .eip_allocations
+                .as_ref()
+                .and_then(|e| e.get(i).cloned()),
+            private_ipv4: spec
+                .private_ipv4_addresses
+                .as_ref()
+                .and_then(|p| p.get(i).map(|ip| ip.to_string())),
+        })
+        .collect())
+}
+
+impl AwsCloud {
+    /// The tags of every resource of the Service's load balancer.
+    fn wanted_tags(&self, spec: &LbSpec) -> BTreeMap<String, String> {
+        let mut tags = spec.additional_tags.clone();
+        tags.insert(TAG_SERVICE_NAME.to_string(), spec.service_name());
+        tags.extend(self.tagging.owned_tags());
+        tags
+    }
+
+    /// The cluster's name in target-group name hashes: the cluster ID, else the `--cluster-name`.
+    fn cluster_key<'a>(&'a self, cluster_name: &'a str) -> &'a str {
+        self.tagging.cluster_id().unwrap_or(cluster_name)
+    }
+
+    /// The load balancer named after the Service, refusing one that is not the cluster's.
+    async fn our_load_balancer(&self, name: &str) -> Result<Option<LbInfo>> {
+        let Some(lb) = self.find_load_balancer(name).await? else {
+            return Ok(None);
+        };
+        let tags = self
+            .elb_resource_tags(std::slice::from_ref(&lb.arn))
+            .await?;
+        let tags = tags.get(&lb.arn).cloned().unwrap_or_default();
+        if !self
+            .tagging
+            .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
+            return Err(CloudError::provider(format!(
+                "load balancer {name} exists but is not tagged for cluster {}; refusing to change it",
+                self.tagging.cluster_id().unwrap_or_default()
+            )));
+        }
+        Ok(Some(lb))
+    }
+
+    /// The instances behind the selected nodes (those with the target-node labels), skipping nodes whose
+    /// instance cannot be found.
+    async fn target_instances(&self, spec: &LbSpec, nodes: &[Node]) -> Vec<Arc<Ec2Instance>> {
+        let selected: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| node_selected(n, &spec.target_node_labels))
+            .collect();
+        let refs: Vec<_> = selected.iter().map(|n| instance_ref_for_node(n)).collect();
+        let resolved = self.resolve(&refs).await;
+        let mut out: Vec<Arc<Ec2Instance>> = Vec::new();
+        for (node, r) in selected.iter().zip(resolved) {
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            match r {
+                Ok(Some(inst)) if inst.state != "terminated" => {
+                    if !out.iter().any(|o| o.id == inst.id) {
+                        out.push(inst);
+                    }
+                }
+                Ok(_) => tracing::warn!(
+                    node = name,
+                    "no instance found for node; not a load-balancer target"
+                ),
+                Err(e) => {
+                    tracing::warn!(node = name, error = %e, "cannot resolve node's instance; not a load-balancer target")
+                }
+            }
+        }
+        out
+    }
+
+    /// The VPC of the load balancer: configured, else the existing load balancer's, else the targets'.
+    fn load_balancer_vpc(
+        &self,
+        existing: Option<&LbInfo>,
+        targets: &[Arc<Ec2Instance>],
+    ) -> Result<String> {
+        if let Some(vpc) = &self.config.vpc {
+            return Ok(vpc.clone());
+        }
+        if let Some(lb) = existing.filter(|lb| !lb.vpc_id.is_empty()) {
+            return Ok(lb.vpc_id.clone());
+        }
+        targets
+            .iter()
+            .map(|i| i.vpc_id.clone())
+            .find(|v| !v.is_empty())
+            .ok_or_else(|| {
+                CloudError::provider(
+                    "cannot determine the VPC for the load balancer: there are no nodes and [Global] VPC is not set",
+                )
+            })
+    }
+
+    /// Creates the load balancer.
+    async fn create_nlb(
+        &self,
+        name: &str,
+        spec: &LbSpec,
+        vpc_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<LbInfo> {
+        let subnets = self.load_balancer_subnets(spec, vpc_id).await?;
+        let mappings = subnet_mappings(spec, &subnets)?;
+        tracing::info!(
+            load_balancer = name,
+            service = %spec.service_name(),
+            internal = spec.internal,
+            subnets = ?subnets.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            "creating network load balancer"
+        );
+        self.create_load_balancer(NewLoadBalancer {
+            name,
+            internal: spec.internal,
+            subnets: mappings,
+            security_groups: self.wanted_security_groups(spec),
+            tags,
+        })
+        .await
+    }
+
+    fn wanted_security_groups(&self, spec: &LbSpec) -> Option<Vec<String>> {
+        spec.security_groups
+            .clone()
+            .or_else(|| self.config.elb_security_group.clone().map(|g| vec![g]))
+    }
+
+    /// Brings an existing load balancer's scheme check, security groups and tags up to date.
+    async fn update_nlb(
+        &self,
+        lb: &LbInfo,
+        spec: &LbSpec,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        if !lb.network {
+            return Err(SpecError::new(
+                ANN_TYPE,
+                "a load balancer of another type already exists under this Service's name; the type cannot change after creation (delete and recreate the Service)",
+            )
+            .into());
+        }
+        if lb.internal != spec.internal {
+            return Err(SpecError::new(
+                ANN_INTERNAL,
+                format!(
+                    "the load balancer was created {}; the scheme cannot change after creation (delete and recreate the Service)",
+                    if lb.internal { "internal" } else { "internet-facing" }
+                ),
+            )
+            .into());
+        }
+        if let Some(groups) = self.wanted_security_groups(spec) {
+            let have: BTreeSet<&String> = lb.security_groups.iter().collect();
+            let want: BTreeSet<&String> = groups.iter().collect();
+            if have != want {
+                self.set_load_balancer_security_groups(&lb.arn, &groups)
+                    .await
+                    .map_err(|e| {
+                        SpecError::new(ANN_SECURITY_GROUPS, format!("cannot be applied: {e}"))
+                    })?;
+            }
+        }
+        let current = self
+            .elb_resource_tags(std::slice::from_ref(&lb.arn))
+            .await?;
+        let current = current.get(&lb.arn).cloned().unwrap_or_default();
+        let missing: BTreeMap<String, String> = tags
+            .iter()
+            .filter(|(k, v)| current.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !missing.is_empty() {
+            self.add_elb_tags(&lb.arn, &missing).await?;
+        }
+        Ok(())
+    }
+
+    /// The target group of one port: the one attached to the load balancer or left from an earlier
+    /// attempt (when it is the Service's), else a new one; its health check and attributes brought up to date.
+    #[allow(clippy::too_many_arguments)]
+    async fn ensure_target_group(
+        &self,
+        name: &str,
+        spec: &LbSpec,
+        port: &spec::PortMapping,
+        vpc_id: &str,
+        attached: &[TargetGroupInfo],
+        tags: &BTreeMap<String, String>,
+    ) -> Result<TargetGroupInfo> {
+        let wanted_hc = HealthCheckState::wanted(&spec.health_check);
+        let tg = match attached.iter().find(|t| t.name == name) {
+            Some(tg) => tg.clone(),
+            None => match self.find_target_group(name).await? {
+                Some(tg) => {
+                    let tg_tags = self
+                        .elb_resource_tags(std::slice::from_ref(&tg.arn))
+                        .await?;
+                    let tg_tags = tg_tags.get(&tg.arn).cloned().unwrap_or_default();
+                    let mine = self
+                        .tagging
+                        .is_ours(tg_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                        && tg_tags.get(TAG_SERVICE_NAME) == Some(&spec.service_name());
+                    if !mine {
+                        return Err(CloudError::provider(format!(
+                            "target group {name} exists but does not belong to Service {} of this cluster",
+                            spec.service_name()
+                        )));
+                    }
+                    tg
+                }
+                None => {
+                    tracing::info!(target_group = name, service = %spec.service_name(), "creating target group");
+                    self.create_target_group(
+                        name,
+                        port.target_protocol,
+                        port.node_port,
+                        vpc_id,
+                        &wanted_hc,
+                        tags,
+                    )
+                    .await?
+                }
+            },
+        };
+        if tg.health_check != wanted_hc {
+            tracing::info!(target_group = name, "updating health check");
+            self.modify_health_check(&tg.arn, &wanted_hc).await?;
+        }
+        self.sync_target_group_attributes(&tg.arn, &spec.target_group_attributes)
+            .await?;
+        Ok(tg)
+    }
+
+    /// Listeners and target groups: one of each per port, stale ones removed, targets registered.
+    async fn sync_listeners(
+        &self,
+        cluster_name: &str,
+        lb: &LbInfo,
+        spec: &LbSpec,
+        vpc_id: &str,
+        targets: &BTreeSet<String>,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let listeners = self.listeners(&lb.arn).await?;
+        let attached = self.target_groups_of(&lb.arn, &listeners).await?;
+        let mut keep_listeners = BTreeSet::new();
+        let mut keep_groups = BTreeSet::new();
+        for port in &spec.ports {
+            let name = target_group_name(self.cluster_key(cluster_name), spec, port);
+            let tg = self
+                .ensure_target_group(&name, spec, port, vpc_id, &attached, tags)
+                .await?;
+            self.sync_targets(&tg.arn, port.node_port, targets).await?;
+            let wanted = WantedListener {
+                port: port.port,
+                protocol: port.listener_protocol,
+                target_group_arn: &tg.arn,
+                certificate: port.certificate.as_deref(),
+                ssl_policy: port.ssl_policy.as_deref(),
+            };
+            match listeners.iter().find(|l| l.port == port.port) {
+                Some(l) => {
+                    if !wanted.matches(l) {
+                        tracing::info!(load_balancer = %lb.arn, port = port.port, "updating listener");
+                        self.modify_listener(&l.arn, &wanted).await?;
+                    }
+                    keep_listeners.insert(l.arn.clone());
+                }
+                None => {
+                    tracing::info!(load_balancer = %lb.arn, port = port.port, protocol = port.listener_protocol.as_str(), "creating listener");
+                    self.create_listener(&lb.arn, &wanted, tags).await?;
+                }
+            }
+            keep_groups.insert(tg.arn.clone());
+        }
+        for l in listeners
+            .iter()
+            .filter(|l| !keep_listeners.contains(&l.arn))
+        {
+            tracing::info!(load_balancer = %lb.arn, port = l.port, "deleting listener");
+            self.delete_listener(&l.arn).await?;
+        }
+        for tg in attached.iter().filter(|t| !keep_groups.contains(&t.arn)) {
+            tracing::info!(target_group = %tg.name, "deleting target group");
+            self.delete_target_group(&tg.arn).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_nlb(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus> {
+        let name = self.get_load_balancer_name(cluster_name, service);
+        let existing = self.our_load_balancer(&name).await?;
+        match lb_kind(service)? {
+            LbKind::Nlb => {}
+            LbKind::Elsewhere(kind) => {
+                if existing.is_some() {
+                    return Err(SpecError::new(
+                        ANN_TYPE,
+                        format!("cannot change to {kind:?}: this Service already has a network load balancer managed by the cloud-controller-manager (delete and recreate the Service)"),
+                    )
+                    .into());
+                }
+                return Err(CloudError::ImplementedElsewhere);
+            }
+        }
+        let spec = spec::parse(service)?;
+        let tags = self.wanted_tags(&spec);
+        let instances = self.target_instances(&spec, nodes).await;
+        let vpc_id = self.load_balancer_vpc(existing.as_ref(), &instances)?;
+        let targets: BTreeSet<String> = instances
+            .iter()
+            .filter(|i| i.vpc_id.is_empty() || i.vpc_id == vpc_id)
+            .map(|i| i.id.clone())
+            .collect();
+        let lb = match existing {
+            Some(lb) => {
+                self.update_nlb(&lb, &spec, &tags).await?;
+                lb
+            }
+            None => self.create_nlb(&name, &spec, &vpc_id, &tags).await?,
+        };
+        self.sync_load_balancer_attributes(&lb.arn, &wanted_lb_attributes(&spec))
+            .await?;
+        self.sync_listeners(cluster_name, &lb, &spec, &vpc_id, &targets, &tags)
+            .await?;
+        let target_instances: Vec<Arc<Ec2Instance>> = instances
+            .into_iter()
+            .filter(|i| targets.contains(&i.id))
+            .collect();
+        self.sync_security_groups(&name, Some(&spec), &vpc_id, &target_instances)
+            .await?;
+        Ok(status(&lb))
+    }
+
+    async fn update_nlb_hosts(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<()> {
+        if let LbKind::Elsewhere(_) = lb_kind(service)? {
+            return Err(CloudError::ImplementedElsewhere);
+        }
+        let name = self.get_load_balancer_name(cluster_name, service);
+        let spec = spec::parse(service)?;
+        let Some(lb) = self.our_load_balancer(&name).await? else {
+            return Err(CloudError::provider(format!(
+                "load balancer {name} of Service {} does not exist",
+                service_key(service)
+            )));
+        };
+        let instances = self.target_instances(&spec, nodes).await;
+        let targets: BTreeSet<String> = instances
+            .iter()
+            .filter(|i| i.vpc_id.is_empty() || i.vpc_id == lb.vpc_id)
+            .map(|i| i.id.clone())
+            .collect();
+        let listeners = self.listeners(&lb.arn).await?;
+        for port in &spec.ports {
+            let tg = listeners
+                .iter()
+                .find(|l| l.port == port.port)
+                .and_then(|l| l.target_group_arn.as_deref());
+            match tg {
+                Some(arn) => self.sync_targets(arn, port.node_port, &targets).await?,
+                None => {
+                    return Err(CloudError::provider(format!(
+                        "load balancer {name} has no listener on port {}; the Service needs a full sync",
+                        port.port
+                    )));
+                }
+            }
+        }
+        let target_instances: Vec<Arc<Ec2Instance>> = instances
+            .into_iter()
+            .filter(|i| targets.contains(&i.id))
+            .collect();
+        self.sync_security_groups(&name, Some(&spec), &lb.vpc_id, &target_instances)
+            .await
+    }
+
+    async fn delete_nlb(&self, cluster_name: &str, service: &Service) -> Result<()> {
+        let name = self.get_load_balancer_name(cluster_name, service);
+        let lb = match self.find_load_balancer(&name).await? {
+            Some(lb) => {
+                let tags = self
+                    .elb_resource_tags(std::slice::from_ref(&lb.arn))
+                    .await?;
+                let tags = tags.get(&lb.arn).cloned().unwrap_or_default();
+                if !self
+                    .tagging
+                    .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                {
+                    tracing::warn!(load_balancer = %name, service = %service_key(service),
+                        "load balancer is not tagged for this cluster; leaving it alone");
+                    return Ok(());
+                }
+                Some(lb)
+            }
+            None => None,
+        };
+        let mut groups: Vec<TargetGroupInfo> = Vec::new();
+        if let Some(lb) = &lb {
+            let listeners = self.listeners(&lb.arn).await?;
+            groups = self.target_groups_of(&lb.arn, &listeners).await?;
+            tracing::info!(load_balancer = %name, service = %service_key(service), "deleting network load balancer");
+            self.delete_load_balancer(&lb.arn).await?;
+        }
+        // Target groups of the current ports left behind by an earlier, interrupted deletion.
+        if let Ok(spec) = spec::parse(service) {
+            for port in &spec.ports {
+                let tg_name = target_group_name(self.cluster_key(cluster_name), &spec, port);
+                if groups.iter().any(|g| g.name == tg_name) {
+                    continue;
+                }
+                if let Some(tg) = self.find_target_group(&tg_name).await? {
+                    let tags = self
+                        .elb_resource_tags(std::slice::from_ref(&tg.arn))
+                        .await?;
+                    let tags = tags.get(&tg.arn).cloned().unwrap_or_default();
+                    if tags.get(TAG_SERVICE_NAME) == Some(&spec.service_name())
+                        && self
+                            .tagging
+                            .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                    {
+                        groups.push(tg);
+                    }
+                }
+            }
+        }
+        for tg in &groups {
+            self.delete_target_group_when_released(&tg.arn).await?;
+        }
+        let vpc = self
+            .config
+            .vpc
+            .clone()
+            .or_else(|| lb.as_ref().map(|l| l.vpc_id.clone()))
+            .or_else(|| groups.first().map(|g| g.vpc_id.clone()))
+            .filter(|v| !v.is_empty());
+        match vpc {
+            Some(vpc) => self.sync_security_groups(&name, None, &vpc, &[]).await,
+            None => {
+                tracing::debug!(load_balancer = %name, "VPC unknown; no security-group rules to remove");
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes a target group, waiting briefly while ELBv2 still counts it as used by the deleted load
+    /// balancer's listeners.
+    async fn delete_target_group_when_released(&self, arn: &str) -> Result<()> {
+        let mut delay = std::time::Duration::from_millis(250);
+        let mut attempt = 0;
+        loop {
+            match self.delete_target_group(arn).await {
+                Err(e) if e.is_code("ResourceInUse") && attempt < 4 => {
+                    tracing::debug!(target_group = arn, error = %e, "target group still in use; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    attempt += 1;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LoadBalancer for AwsCloud {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<Option<LoadBalancerStatus>> {
+        let name = self.get_load_balancer_name(cluster_name, service);
+        Ok(self.find_load_balancer(&name).await?.as_ref().map(status))
+    }
+
+    fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
+        default_load_balancer_name(service)
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<LoadBalancerStatus> {
+        self.ensure_nlb(cluster_name, service, nodes).await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<()> {
+        self.update_nlb_hosts(cluster_name, service, nodes).await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> Result<()> {
+        self.delete_nlb(cluster_name, service).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load_balancer::spec::{
+        ANN_ACCESS_LOG_BUCKET, ANN_ACCESS_LOG_ENABLED, ANN_CROSS_ZONE,
+    };
+
+    #[test]
+    fn node_selection_by_labels() {
+        let mut node = Node::default();
+        node.metadata.labels = Some(BTreeMap::from([
+            ("lb".to_string(), "yes".to_string()),
+            ("edge".to_string(), "".to_string()),
+        ]));
+        let want = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(node_selected(&node, &want(&[])));
+        assert!(node_selected(&node, &want(&[("lb", "yes")])));
+        assert!(node_selected(&node, &want(&[("lb", "yes"), ("edge", "")])));
+        assert!(!node_selected(&node, &want(&[("lb", "no")])));
+        assert!(!node_selected(&node, &want(&[("zone", "")])));
+        assert!(!node_selected(&Node::default(), &want(&[("lb", "yes")])));
+    }
+
+    #[test]
+    fn attributes_from_annotations() {
+        let mut svc = Service::default();
+        svc.metadata.name = Some("s".into());
+        svc.metadata.annotations = Some(BTreeMap::from([
+            (ANN_CROSS_ZONE.to_string(), "true".to_string()),
+            (ANN_ACCESS_LOG_ENABLED.to_string(), "true".to_string()),
+            (ANN_ACCESS_LOG_BUCKET.to_string(), "logs".to_string()),
+        ]));
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let spec = spec::parse(&svc).unwrap();
+        assert_eq!(
+            wanted_lb_attributes(&spec),
+            BTreeMap::from([
+                ("access_logs.s3.bucket".to_string(), "logs".to_string()),
+                ("access_logs.s3.enabled".to_string(), "true".to_string()),
+                (
+                    "load_balancing.cross_zone.enabled".to_string(),
+                    "true".to_string()
+                ),
+            ])
+        );
+    }
+
+    fn mapping(subnet: &str, eip: Option<&str>, ip: Option<&str>) -> SubnetMapping {
+        SubnetMapping {
+            subnet_id: subnet.into(),
+            allocation_id: eip.map(str::to_string),
+            private_ipv4: ip.map(str::to_string),
+        }
+    }
+
+    /// moto accepts subnet mappings but ignores their Elastic IPs and private addresses, so the mapping
+    /// itself is checked here.
+    #[test]
+    fn subnet_mappings_pair_addresses_with_subnets() {
+        let subnet = |id: &str, cidr: &str| SubnetInfo {
+            id: id.into(),
+            zone: "z".into(),
+            cidr: Some(cidr.parse().unwrap()),
+            tags: vec![],
+            public: true,
+        };
+        let subnets = vec![
+            subnet("subnet-a", "10.0.1.0/24"),
+            subnet("subnet-b", "10.0.2.0/24"),
+        ];
+        let mut svc = Service::default();
+        svc.metadata.name = Some("s".into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let with = |pairs: &[(&str, &str)]| {
+            let mut s = svc.clone();
+            s.metadata.annotations = Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            spec::parse(&s).unwrap()
+        };
+        let plain = subnet_mappings(&with(&[]), &subnets).unwrap();
+        assert_eq!(
+            plain,
+            vec![
+                mapping("subnet-a", None, None),
+                mapping("subnet-b", None, None)
+            ]
+        );
+        let eips = subnet_mappings(
+            &with(&[(ANN_EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2")]),
+            &subnets,
+        )
+        .unwrap();
+        assert_eq!(eips[1], mapping("subnet-b", Some("eipalloc-2"), None));
+        let err =
+            subnet_mappings(&with(&[(ANN_EIP_ALLOCATIONS, "eipalloc-1")]), &subnets).unwrap_err();
+        assert_eq!(err.subject, ANN_EIP_ALLOCATIONS);
+        let ips = subnet_mappings(
+            &with(&[
+                (ANN_INTERNAL, "true"),
+                (ANN_PRIVATE_IPV4, "10.0.1.9,10.0.2.9"),
+            ]),
+            &subnets,
+        )
+        .unwrap();
+        assert_eq!(ips[0], mapping("subnet-a", None, Some("10.0.1.9")));
+        let err = subnet_mappings(
+            &with(&[
+                (ANN_INTERNAL, "true"),
+                (ANN_PRIVATE_IPV4, "10.0.2.9,10.0.1.9"),
+            ]),
+            &subnets,
+        )
+        .unwrap_err();
+        assert_eq!(err.subject, ANN_PRIVATE_IPV4);
+        assert!(err.message.contains("not in subnet subnet-a"), "{err}");
+        let err = subnet_mappings(
+            &with(&[(ANN_INTERNAL, "true"), (ANN_PRIVATE_IPV4, "10.0.1.9")]),
+            &subnets,
+        )
+        .unwrap_err();
+        assert_eq!(err.subject, ANN_PRIVATE_IPV4);
+    }
+
+    #[test]
+    fn status_is_the_dns_name() {
+        let lb = LbInfo {
+            arn: "arn".into(),
+            dns_name: "a1-123.elb.us-east-1.amazonaws.com".into(),
+            internal: false,
+            network: true,
+            vpc_id: "vpc-1".into(),
+            security_groups: vec![],
+        };
+        let s = status(&lb);
+        assert_eq!(
+            s.ingress.unwrap()[0].hostname.as_deref(),
+            Some("a1-123.elb.us-east-1.amazonaws.com")
+        );
+    }
+}

@@ -1,0 +1,1241 @@
+//! What a LoadBalancer Service asks for: its spec and `service.beta.kubernetes.io/aws-load-balancer-*`
+//! annotations, parsed and validated into an [`LbSpec`]. Every validation error names the annotation or
+//! field at fault; the service controller shows it to the user as a Warning event on the Service.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Service;
+
+/// `nlb` (ours), `nlb-ip` or `external` (the AWS Load Balancer Controller's).
+pub const ANN_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
+/// `true`: an internal load balancer (fixed at creation).
+pub const ANN_INTERNAL: &str = "service.beta.kubernetes.io/aws-load-balancer-internal";
+/// Subnet IDs or Name tags, replacing subnet discovery.
+pub const ANN_SUBNETS: &str = "service.beta.kubernetes.io/aws-load-balancer-subnets";
+/// Certificate ARN: TLS listeners.
+pub const ANN_SSL_CERT: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert";
+/// Which ports get TLS listeners (`*` or port names/numbers; default `*`).
+pub const ANN_SSL_PORTS: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-ports";
+/// The TLS listeners' security policy.
+pub const ANN_SSL_NEGOTIATION_POLICY: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy";
+/// `tcp` (default) or `ssl`/`tls`: TLS from the load balancer to the nodes on TLS ports.
+pub const ANN_BACKEND_PROTOCOL: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-backend-protocol";
+/// Extra tags `k=v,k2=` on the load balancer, its listeners and target groups.
+pub const ANN_ADDITIONAL_TAGS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+/// Health-check protocol `TCP`, `HTTP` or `HTTPS`.
+pub const ANN_HC_PROTOCOL: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-protocol";
+/// Health-check port: `traffic-port` or a number.
+pub const ANN_HC_PORT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-port";
+/// Health-check path (HTTP and HTTPS checks).
+pub const ANN_HC_PATH: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-path";
+/// Consecutive successes before a target is healthy (2-10).
+pub const ANN_HC_HEALTHY: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-healthy-threshold";
+/// Consecutive failures before a target is unhealthy (2-10).
+pub const ANN_HC_UNHEALTHY: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-unhealthy-threshold";
+/// Seconds between health checks (5-300).
+pub const ANN_HC_INTERVAL: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
+/// Health-check timeout in seconds (2-120).
+pub const ANN_HC_TIMEOUT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
+/// `true`/`false`: cross-zone load balancing.
+pub const ANN_CROSS_ZONE: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled";
+/// `true`/`false`: access logs to S3.
+pub const ANN_ACCESS_LOG_ENABLED: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-access-log-enabled";
+/// The access-log bucket.
+pub const ANN_ACCESS_LOG_BUCKET: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-access-log-s3-bucket-name";
+/// The access-log key prefix.
+pub const ANN_ACCESS_LOG_PREFIX: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-access-log-s3-bucket-prefix";
+/// Target-group attributes `k=v,...`.
+pub const ANN_TARGET_GROUP_ATTRIBUTES: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+/// Elastic IP allocation IDs, one per subnet (internet-facing only, at creation).
+pub const ANN_EIP_ALLOCATIONS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-eip-allocations";
+/// Private IPv4 addresses, one per subnet (internal only, at creation).
+pub const ANN_PRIVATE_IPV4: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-private-ipv4-addresses";
+/// Node labels `k=v,k2=` a node must carry to be a target.
+pub const ANN_TARGET_NODE_LABELS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
+/// Security-group IDs attached to the load balancer.
+pub const ANN_SECURITY_GROUPS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-security-groups";
+
+/// Target-group attributes the target-group-attributes annotation may set, with their value checks.
+const TARGET_GROUP_ATTRIBUTES: &[(&str, AttrKind)] = &[
+    ("preserve_client_ip.enabled", AttrKind::Bool),
+    ("proxy_protocol_v2.enabled", AttrKind::Bool),
+    (
+        "deregistration_delay.timeout_seconds",
+        AttrKind::Seconds(3600),
+    ),
+    (
+        "deregistration_delay.connection_termination.enabled",
+        AttrKind::Bool,
+    ),
+    ("stickiness.enabled", AttrKind::Bool),
+    ("stickiness.type", AttrKind::SourceIp),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum AttrKind {
+    Bool,
+    Seconds(u32),
+    SourceIp,
+}
+
+/// A validation error: the annotation or field at fault and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{subject}: {message}")]
+pub struct SpecError {
+    /// The annotation key or spec field.
+    pub subject: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl SpecError {
+    pub(crate) fn new(subject: &str, message: impl Into<String>) -> Self {
+        SpecError {
+            subject: subject.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<SpecError> for cloud_provider::CloudError {
+    fn from(e: SpecError) -> Self {
+        cloud_provider::CloudError::provider(e.to_string())
+    }
+}
+
+/// Who implements the Service's load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LbKind {
+    /// A network load balancer managed here.
+    Nlb,
+    /// The AWS Load Balancer Controller (`nlb-ip` or `external`).
+    Elsewhere(String),
+}
+
+/// A TCP or UDP port protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// TLS (TCP with TLS termination on the load balancer).
+    Tls,
+}
+
+impl Protocol {
+    /// The ELBv2 spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Tls => "TLS",
+        }
+    }
+}
+
+/// One listener: a Service port forwarded to a target group on the node port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// The Service port's name (may be empty).
+    pub name: String,
+    /// The listener port (the Service port).
+    pub port: i32,
+    /// The node port the targets listen on.
+    pub node_port: i32,
+    /// The Service port's protocol (TCP or UDP).
+    pub service_protocol: Protocol,
+    /// The listener protocol (TCP, UDP or TLS).
+    pub listener_protocol: Protocol,
+    /// The target-group protocol (TCP, UDP or TLS).
+    pub target_protocol: Protocol,
+    /// The certificate of a TLS listener.
+    pub certificate: Option<String>,
+    /// The security policy of a TLS listener.
+    pub ssl_policy: Option<String>,
+}
+
+/// Health-check protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthCheckProtocol {
+    /// A TCP connection.
+    Tcp,
+    /// An HTTP GET.
+    Http,
+    /// An HTTPS GET.
+    Https,
+}
+
+impl HealthCheckProtocol {
+    /// The ELBv2 spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthCheckProtocol::Tcp => "TCP",
+            HealthCheckProtocol::Http => "HTTP",
+            HealthCheckProtocol::Https => "HTTPS",
+        }
+    }
+}
+
+/// Health-check port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthCheckPort {
+    /// The target's traffic port (the node port).
+    TrafficPort,
+    /// A fixed port.
+    Port(i32),
+}
+
+impl HealthCheckPort {
+    /// The ELBv2 spelling.
+    pub fn to_aws(self) -> String {
+        match self {
+            HealthCheckPort::TrafficPort => "traffic-port".to_string(),
+            HealthCheckPort::Port(p) => p.to_string(),
+        }
+    }
+
+    /// The node port the check reaches for a target group on `node_port`.
+    pub fn resolve(self, node_port: i32) -> i32 {
+        match self {
+            HealthCheckPort::TrafficPort => node_port,
+            HealthCheckPort::Port(p) => p,
+        }
+    }
+}
+
+/// The target groups' health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// Protocol.
+    pub protocol: HealthCheckProtocol,
+    /// Port.
+    pub port: HealthCheckPort,
+    /// Path of HTTP(S) checks.
+    pub path: Option<String>,
+    /// Seconds between checks.
+    pub interval: i32,
+    /// Seconds before a check fails.
+    pub timeout: i32,
+    /// Successes before healthy.
+    pub healthy_threshold: i32,
+    /// Failures before unhealthy.
+    pub unhealthy_threshold: i32,
+}
+
+/// Access logging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLog {
+    /// Whether logs are written.
+    pub enabled: bool,
+    /// The bucket (required when enabled).
+    pub bucket: Option<String>,
+    /// The key prefix.
+    pub prefix: Option<String>,
+}
+
+/// Everything the Service asks of its network load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbSpec {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// An internal load balancer.
+    pub internal: bool,
+    /// Explicit subnets (IDs or Name tags), replacing discovery.
+    pub subnets: Option<Vec<String>>,
+    /// One mapping per Service port.
+    pub ports: Vec<PortMapping>,
+    /// The health check of every target group.
+    pub health_check: HealthCheck,
+    /// Extra tags.
+    pub additional_tags: BTreeMap<String, String>,
+    /// Cross-zone load balancing, when annotated.
+    pub cross_zone: Option<bool>,
+    /// Access logging, when annotated.
+    pub access_log: Option<AccessLog>,
+    /// Target-group attributes, when annotated.
+    pub target_group_attributes: BTreeMap<String, String>,
+    /// Elastic IP allocations, one per subnet.
+    pub eip_allocations: Option<Vec<String>>,
+    /// Private IPv4 addresses, one per subnet.
+    pub private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
+    /// Labels a node needs to be a target.
+    pub target_node_labels: BTreeMap<String, String>,
+    /// Security groups of the load balancer, when annotated.
+    pub security_groups: Option<Vec<String>>,
+    /// Allowed client CIDRs (empty: everyone, or the VPC for internal load balancers).
+    pub source_ranges: Vec<IpNet>,
+    /// `externalTrafficPolicy: Local`.
+    pub local_traffic: bool,
+}
+
+impl LbSpec {
+    /// `<namespace>/<name>`.
+    pub fn service_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(|v| v.trim())
+}
+
+/// Who implements the Service's load balancer, from the type annotation.
+pub fn lb_kind(service: &Service) -> Result<LbKind, SpecError> {
+    match annotation(service, ANN_TYPE) {
+        None | Some("nlb") => Ok(LbKind::Nlb),
+        Some(v @ ("nlb-ip" | "external")) => Ok(LbKind::Elsewhere(v.to_string())),
+        Some(other) => Err(SpecError::new(
+            ANN_TYPE,
+            format!(
+                "unsupported value {other:?}: this provider creates network load balancers (\"nlb\"); \"nlb-ip\" \
+                 and \"external\" are left to the AWS Load Balancer Controller; classic ELBs are not supported"
+            ),
+        )),
+    }
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, SpecError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(SpecError::new(
+            key,
+            format!("must be \"true\" or \"false\", got {value:?}"),
+        )),
+    }
+}
+
+fn parse_int(key: &str, value: &str, min: i32, max: i32) -> Result<i32, SpecError> {
+    match value.parse::<i32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(SpecError::new(
+            key,
+            format!("must be a whole number from {min} to {max}, got {value:?}"),
+        )),
+    }
+}
+
+/// A comma-separated list without empty items.
+fn parse_list(key: &str, value: &str) -> Result<Vec<String>, SpecError> {
+    let items: Vec<String> = value.split(',').map(|s| s.trim().to_string()).collect();
+    if items.iter().any(String::is_empty) {
+        return Err(SpecError::new(
+            key,
+            format!("{value:?} is not a comma-separated list without empty items"),
+        ));
+    }
+    Ok(items)
+}
+
+/// `k=v,k2=` pairs (a bare `k` means an empty value).
+fn parse_pairs(key: &str, value: &str) -> Result<BTreeMap<String, String>, SpecError> {
+    let mut out = BTreeMap::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (k, v) = item.split_once('=').unwrap_or((item, ""));
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(SpecError::new(
+                key,
+                format!("entry {item:?} has an empty key"),
+            ));
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(SpecError::new(key, format!("key {k:?} is given twice")));
+        }
+    }
+    Ok(out)
+}
+
+fn resource_id(key: &str, item: &str, prefix: &str) -> Result<(), SpecError> {
+    let ok = item
+        .strip_prefix(prefix)
+        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()));
+    if ok {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            key,
+            format!("{item:?} is not an ID of the form {prefix}<hex digits>"),
+        ))
+    }
+}
+
+/// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`].
+pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
+    let spec = service.spec.clone().unwrap_or_default();
+    let namespace = service
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let name = service.metadata.name.clone().unwrap_or_default();
+
+    // Spec pre-flight checks.
+    if let Some(affinity) = spec.session_affinity.as_deref()
+        && affinity != "None"
+    {
+        return Err(SpecError::new(
+            "spec.sessionAffinity",
+            format!("{affinity:?} is not supported by AWS network load balancers (use None)"),
+        ));
+    }
+    if spec
+        .load_balancer_ip
+        .as_deref()
+        .is_some_and(|ip| !ip.is_empty())
+    {
+        return Err(SpecError::new(
+            "spec.loadBalancerIP",
+            format!(
+                "is not supported by AWS load balancers; use the {ANN_EIP_ALLOCATIONS} or {ANN_PRIVATE_IPV4} annotation"
+            ),
+        ));
+    }
+    let service_ports = spec.ports.clone().unwrap_or_default();
+    if service_ports.is_empty() {
+        return Err(SpecError::new(
+            "spec.ports",
+            "a load balancer needs at least one port",
+        ));
+    }
+    let mut protocols = Vec::new();
+    for p in &service_ports {
+        let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
+            "TCP" => Protocol::Tcp,
+            "UDP" => Protocol::Udp,
+            other => {
+                return Err(SpecError::new(
+                    "spec.ports",
+                    format!(
+                        "protocol {other} (port {}) is not supported by AWS network load balancers (use TCP or UDP)",
+                        p.port
+                    ),
+                ));
+            }
+        };
+        if p.node_port.unwrap_or(0) == 0 {
+            return Err(SpecError::new(
+                "spec.ports",
+                format!("port {} has no nodePort yet", p.port),
+            ));
+        }
+        protocols.push(protocol);
+    }
+    if protocols.iter().any(|p| *p != protocols[0]) {
+        return Err(SpecError::new(
+            "spec.ports",
+            "mixed protocols (TCP and UDP) are not supported for AWS load balancers",
+        ));
+    }
+
+    // Scheme and placement.
+    let internal = match annotation(service, ANN_INTERNAL) {
+        None => false,
+        Some("0.0.0.0/0") => true,
+        Some(v) => parse_bool(ANN_INTERNAL, v)?,
+    };
+    let subnets = annotation(service, ANN_SUBNETS)
+        .map(|v| parse_list(ANN_SUBNETS, v))
+        .transpose()?;
+    let eip_allocations = match annotation(service, ANN_EIP_ALLOCATIONS) {
+        None => None,
+        Some(v) => {
+            let ids = parse_list(ANN_EIP_ALLOCATIONS, v)?;
+            for id in &ids {
+                resource_id(ANN_EIP_ALLOCATIONS, id, "eipalloc-")?;
+            }
+            if internal {
+                return Err(SpecError::new(
+                    ANN_EIP_ALLOCATIONS,
+                    "Elastic IPs can only be used with internet-facing load balancers",
+                ));
+            }
+            Some(ids)
+        }
+    };
+    let private_ipv4_addresses = match annotation(service, ANN_PRIVATE_IPV4) {
+        None => None,
+        Some(v) => {
+            let mut ips = Vec::new();
+            for item in parse_list(ANN_PRIVATE_IPV4, v)? {
+                ips.push(item.parse::<Ipv4Addr>().map_err(|_| {
+                    SpecError::new(ANN_PRIVATE_IPV4, format!("{item:?} is not an IPv4 address"))
+                })?);
+            }
+            if !internal {
+                return Err(SpecError::new(
+                    ANN_PRIVATE_IPV4,
+                    format!(
+                        "private IPv4 addresses can only be used with internal load balancers ({ANN_INTERNAL}: \"true\")"
+                    ),
+                ));
+            }
+            Some(ips)
+        }
+    };
+    let security_groups = match annotation(service, ANN_SECURITY_GROUPS) {
+        None => None,
+        Some(v) => {
+            let ids = parse_list(ANN_SECURITY_GROUPS, v)?;
+            for id in &ids {
+                resource_id(ANN_SECURITY_GROUPS, id, "sg-")?;
+            }
+            Some(ids)
+        }
+    };
+
+    // TLS.
+    let certificate = annotation(service, ANN_SSL_CERT).map(str::to_string);
+    if let Some(cert) = &certificate
+        && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
+    {
+        return Err(SpecError::new(
+            ANN_SSL_CERT,
+            format!("{cert:?} is not a certificate ARN"),
+        ));
+    }
+    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY).map(str::to_string);
+    if let Some(policy) = &ssl_policy {
+        if certificate.is_none() {
+            return Err(SpecError::new(
+                ANN_SSL_NEGOTIATION_POLICY,
+                format!("needs a certificate ({ANN_SSL_CERT})"),
+            ));
+        }
+        if policy.is_empty() {
+            return Err(SpecError::new(
+                ANN_SSL_NEGOTIATION_POLICY,
+                "must not be empty",
+            ));
+        }
+    }
+    let backend_tls = match annotation(service, ANN_BACKEND_PROTOCOL).map(str::to_ascii_lowercase) {
+        None => false,
+        Some(v) if v == "tcp" => false,
+        Some(v) if v == "ssl" || v == "tls" => {
+            if certificate.is_none() {
+                return Err(SpecError::new(
+                    ANN_BACKEND_PROTOCOL,
+                    format!("{v:?} needs TLS listeners ({ANN_SSL_CERT})"),
+                ));
+            }
+            true
+        }
+        Some(v) => {
+            return Err(SpecError::new(
+                ANN_BACKEND_PROTOCOL,
+                format!("{v:?} is not supported by network load balancers (use tcp or ssl)"),
+            ));
+        }
+    };
+    let ssl_ports: Option<Vec<String>> = match annotation(service, ANN_SSL_PORTS) {
+        None | Some("*") => None,
+        Some(v) => {
+            if certificate.is_none() {
+                return Err(SpecError::new(
+                    ANN_SSL_PORTS,
+                    format!("needs a certificate ({ANN_SSL_CERT})"),
+                ));
+            }
+            let items = parse_list(ANN_SSL_PORTS, v)?;
+            for item in &items {
+                let port = service_ports.iter().find(|p| {
+                    p.name.as_deref() == Some(item.as_str()) || p.port.to_string() == *item
+                });
+                match port {
+                    None => {
+                        return Err(SpecError::new(
+                            ANN_SSL_PORTS,
+                            format!("{item:?} matches no port of the Service"),
+                        ));
+                    }
+                    Some(p) if p.protocol.as_deref() == Some("UDP") => {
+                        return Err(SpecError::new(
+                            ANN_SSL_PORTS,
+                            format!("port {item:?} is UDP and cannot use TLS"),
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+            Some(items)
+        }
+    };
+
+    let ports: Vec<PortMapping> = service_ports
+        .iter()
+        .zip(&protocols)
+        .map(|(p, protocol)| {
+            let port_name = p.name.clone().unwrap_or_default();
+            let tls = certificate.is_some()
+                && *protocol == Protocol::Tcp
+                && ssl_ports.as_ref().is_none_or(|list| {
+                    list.iter()
+                        .any(|i| *i == port_name || *i == p.port.to_string())
+                });
+            PortMapping {
+                name: port_name,
+                port: p.port,
+                node_port: p.node_port.unwrap_or(0),
+                service_protocol: *protocol,
+                listener_protocol: if tls { Protocol::Tls } else { *protocol },
+                target_protocol: if tls && backend_tls {
+                    Protocol::Tls
+                } else {
+                    *protocol
+                },
+                certificate: if tls { certificate.clone() } else { None },
+                ssl_policy: if tls { ssl_policy.clone() } else { None },
+            }
+        })
+        .collect();
+
+    // Health check.
+    let local_traffic = spec.external_traffic_policy.as_deref() == Some("Local");
+    let mut hc = if local_traffic {
+        let port = spec
+            .health_check_node_port
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                SpecError::new(
+                    "spec.healthCheckNodePort",
+                    "is not set although externalTrafficPolicy is Local",
+                )
+            })?;
+        HealthCheck {
+            protocol: HealthCheckProtocol::Http,
+            port: HealthCheckPort::Port(port),
+            path: Some("/healthz".to_string()),
+            interval: 10,
+            timeout: 10,
+            healthy_threshold: 2,
+            unhealthy_threshold: 2,
+        }
+    } else {
+        HealthCheck {
+            protocol: HealthCheckProtocol::Tcp,
+            port: HealthCheckPort::TrafficPort,
+            path: None,
+            interval: 30,
+            timeout: 10,
+            healthy_threshold: 3,
+            unhealthy_threshold: 3,
+        }
+    };
+    if let Some(v) = annotation(service, ANN_HC_PROTOCOL) {
+        hc.protocol = match v.to_ascii_uppercase().as_str() {
+            "TCP" => HealthCheckProtocol::Tcp,
+            "HTTP" => HealthCheckProtocol::Http,
+            "HTTPS" => HealthCheckProtocol::Https,
+            _ => {
+                return Err(SpecError::new(
+                    ANN_HC_PROTOCOL,
+                    format!("must be TCP, HTTP or HTTPS, got {v:?}"),
+                ));
+            }
+        };
+    }
+    if let Some(v) = annotation(service, ANN_HC_PORT) {
+        hc.port = if v == "traffic-port" {
+            HealthCheckPort::TrafficPort
+        } else {
+            HealthCheckPort::Port(parse_int(ANN_HC_PORT, v, 1, 65535).map_err(|_| {
+                SpecError::new(
+                    ANN_HC_PORT,
+                    format!("must be \"traffic-port\" or a port number from 1 to 65535, got {v:?}"),
+                )
+            })?)
+        };
+    }
+    match hc.protocol {
+        HealthCheckProtocol::Tcp => {
+            if annotation(service, ANN_HC_PATH).is_some() {
+                return Err(SpecError::new(
+                    ANN_HC_PATH,
+                    format!("is only used by HTTP and HTTPS health checks ({ANN_HC_PROTOCOL})"),
+                ));
+            }
+            hc.path = None;
+        }
+        HealthCheckProtocol::Http | HealthCheckProtocol::Https => {
+            if let Some(v) = annotation(service, ANN_HC_PATH) {
+                if !v.starts_with('/') || v.chars().any(char::is_whitespace) {
+                    return Err(SpecError::new(
+                        ANN_HC_PATH,
+                        format!("must be a path starting with \"/\", got {v:?}"),
+                    ));
+                }
+                hc.path = Some(v.to_string());
+            } else if hc.path.is_none() {
+                hc.path = Some("/".to_string());
+            }
+        }
+    }
+    if let Some(v) = annotation(service, ANN_HC_HEALTHY) {
+        hc.healthy_threshold = parse_int(ANN_HC_HEALTHY, v, 2, 10)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_UNHEALTHY) {
+        hc.unhealthy_threshold = parse_int(ANN_HC_UNHEALTHY, v, 2, 10)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_INTERVAL) {
+        hc.interval = parse_int(ANN_HC_INTERVAL, v, 5, 300)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_TIMEOUT) {
+        hc.timeout = parse_int(ANN_HC_TIMEOUT, v, 2, 120)?;
+    }
+    if hc.timeout > hc.interval {
+        return Err(SpecError::new(
+            ANN_HC_TIMEOUT,
+            format!(
+                "the health-check timeout ({}s) must not exceed the interval ({}s, {ANN_HC_INTERVAL})",
+                hc.timeout, hc.interval
+            ),
+        ));
+    }
+
+    // Tags, attributes, node selection.
+    let additional_tags = match annotation(service, ANN_ADDITIONAL_TAGS) {
+        None => BTreeMap::new(),
+        Some(v) => {
+            let tags = parse_pairs(ANN_ADDITIONAL_TAGS, v)?;
+            for (k, val) in &tags {
+                if k.len() > 128 || val.len() > 256 {
+                    return Err(SpecError::new(
+                        ANN_ADDITIONAL_TAGS,
+                        format!(
+                            "tag {k:?} is too long (keys up to 128, values up to 256 characters)"
+                        ),
+                    ));
+                }
+                if k.starts_with("aws:")
+                    || k.starts_with(crate::tagging::TAG_CLUSTER_PREFIX)
+                    || k == crate::tagging::TAG_SERVICE_NAME
+                    || k == crate::tagging::TAG_LEGACY_CLUSTER
+                {
+                    return Err(SpecError::new(
+                        ANN_ADDITIONAL_TAGS,
+                        format!("tag key {k:?} is reserved"),
+                    ));
+                }
+            }
+            tags
+        }
+    };
+    let cross_zone = annotation(service, ANN_CROSS_ZONE)
+        .map(|v| parse_bool(ANN_CROSS_ZONE, v))
+        .transpose()?;
+    let access_log = match annotation(service, ANN_ACCESS_LOG_ENABLED) {
+        None => None,
+        Some(v) => {
+            let enabled = parse_bool(ANN_ACCESS_LOG_ENABLED, v)?;
+            let bucket = annotation(service, ANN_ACCESS_LOG_BUCKET)
+                .filter(|b| !b.is_empty())
+                .map(str::to_string);
+            if enabled && bucket.is_none() {
+                return Err(SpecError::new(
+                    ANN_ACCESS_LOG_BUCKET,
+                    format!("is required when {ANN_ACCESS_LOG_ENABLED} is \"true\""),
+                ));
+            }
+            Some(AccessLog {
+                enabled,
+                bucket,
+                prefix: annotation(service, ANN_ACCESS_LOG_PREFIX).map(str::to_string),
+            })
+        }
+    };
+    let target_group_attributes = match annotation(service, ANN_TARGET_GROUP_ATTRIBUTES) {
+        None => BTreeMap::new(),
+        Some(v) => {
+            let attrs = parse_pairs(ANN_TARGET_GROUP_ATTRIBUTES, v)?;
+            for (k, val) in &attrs {
+                let Some((_, kind)) = TARGET_GROUP_ATTRIBUTES.iter().find(|(name, _)| name == k)
+                else {
+                    return Err(SpecError::new(
+                        ANN_TARGET_GROUP_ATTRIBUTES,
+                        format!(
+                            "unsupported attribute {k:?} (supported: {})",
+                            TARGET_GROUP_ATTRIBUTES
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                };
+                let ok = match kind {
+                    AttrKind::Bool => val == "true" || val == "false",
+                    AttrKind::Seconds(max) => val.parse::<u32>().is_ok_and(|n| n <= *max),
+                    AttrKind::SourceIp => val == "source_ip",
+                };
+                if !ok {
+                    return Err(SpecError::new(
+                        ANN_TARGET_GROUP_ATTRIBUTES,
+                        format!("invalid value {val:?} for attribute {k:?}"),
+                    ));
+                }
+            }
+            attrs
+        }
+    };
+    let target_node_labels = annotation(service, ANN_TARGET_NODE_LABELS)
+        .map(|v| parse_pairs(ANN_TARGET_NODE_LABELS, v))
+        .transpose()?
+        .unwrap_or_default();
+
+    // Client ranges: the spec field, else the annotation.
+    let (ranges_subject, raw_ranges): (&str, Vec<String>) = match spec.load_balancer_source_ranges {
+        Some(list) if !list.is_empty() => ("spec.loadBalancerSourceRanges", list),
+        _ => match annotation(service, ANNOTATION_LOAD_BALANCER_SOURCE_RANGES) {
+            Some(v) if !v.is_empty() => (
+                ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+                parse_list(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, v)?,
+            ),
+            _ => ("", Vec::new()),
+        },
+    };
+    let mut source_ranges = Vec::new();
+    for raw in raw_ranges {
+        let net: IpNet = raw
+            .trim()
+            .parse()
+            .map_err(|_| SpecError::new(ranges_subject, format!("{raw:?} is not a CIDR")))?;
+        source_ranges.push(net.trunc());
+    }
+
+    Ok(LbSpec {
+        namespace,
+        name,
+        internal,
+        subnets,
+        ports,
+        health_check: hc,
+        additional_tags,
+        cross_zone,
+        access_log,
+        target_group_attributes,
+        eip_allocations,
+        private_ipv4_addresses,
+        target_node_labels,
+        security_groups,
+        source_ranges,
+        local_traffic,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    fn service(annotations: &[(&str, &str)], ports: &[(&str, i32, &str, i32)]) -> Service {
+        let mut s = Service::default();
+        s.metadata.name = Some("web".into());
+        s.metadata.namespace = Some("shop".into());
+        s.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        s.spec = Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(name, port, protocol, node_port)| ServicePort {
+                        name: Some(name.to_string()),
+                        port: *port,
+                        protocol: Some(protocol.to_string()),
+                        node_port: Some(*node_port),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn web(annotations: &[(&str, &str)]) -> Service {
+        service(
+            annotations,
+            &[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)],
+        )
+    }
+
+    #[test]
+    fn defaults() {
+        let spec = parse(&web(&[])).unwrap();
+        assert_eq!(spec.service_name(), "shop/web");
+        assert!(!spec.internal);
+        assert_eq!(spec.ports.len(), 2);
+        let p = &spec.ports[0];
+        assert_eq!((p.port, p.node_port), (80, 30080));
+        assert_eq!(p.listener_protocol, Protocol::Tcp);
+        assert_eq!(p.target_protocol, Protocol::Tcp);
+        assert_eq!(p.certificate, None);
+        assert_eq!(
+            spec.health_check,
+            HealthCheck {
+                protocol: HealthCheckProtocol::Tcp,
+                port: HealthCheckPort::TrafficPort,
+                path: None,
+                interval: 30,
+                timeout: 10,
+                healthy_threshold: 3,
+                unhealthy_threshold: 3,
+            }
+        );
+        assert!(spec.additional_tags.is_empty());
+        assert_eq!(spec.cross_zone, None);
+        assert!(spec.source_ranges.is_empty());
+        assert_eq!(lb_kind(&web(&[])).unwrap(), LbKind::Nlb);
+    }
+
+    #[test]
+    fn local_traffic_health_check() {
+        let mut svc = web(&[]);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(32000);
+        let parsed = parse(&svc).unwrap();
+        assert!(parsed.local_traffic);
+        assert_eq!(
+            parsed.health_check,
+            HealthCheck {
+                protocol: HealthCheckProtocol::Http,
+                port: HealthCheckPort::Port(32000),
+                path: Some("/healthz".into()),
+                interval: 10,
+                timeout: 10,
+                healthy_threshold: 2,
+                unhealthy_threshold: 2,
+            }
+        );
+        svc.spec.as_mut().unwrap().health_check_node_port = None;
+        assert_eq!(parse(&svc).unwrap_err().subject, "spec.healthCheckNodePort");
+    }
+
+    #[test]
+    fn every_annotation_takes_effect() {
+        let spec = parse(&web(&[
+            (ANN_INTERNAL, "true"),
+            (ANN_SUBNETS, "subnet-1, private-a"),
+            (ANN_SSL_CERT, "arn:aws:acm:us-east-1:1:certificate/x"),
+            (ANN_SSL_PORTS, "https"),
+            (
+                ANN_SSL_NEGOTIATION_POLICY,
+                "ELBSecurityPolicy-TLS13-1-2-2021-06",
+            ),
+            (ANN_BACKEND_PROTOCOL, "ssl"),
+            (ANN_ADDITIONAL_TAGS, "team=shop, cost-center="),
+            (ANN_HC_PROTOCOL, "http"),
+            (ANN_HC_PORT, "8080"),
+            (ANN_HC_PATH, "/ready"),
+            (ANN_HC_HEALTHY, "4"),
+            (ANN_HC_UNHEALTHY, "5"),
+            (ANN_HC_INTERVAL, "20"),
+            (ANN_HC_TIMEOUT, "6"),
+            (ANN_CROSS_ZONE, "true"),
+            (ANN_ACCESS_LOG_ENABLED, "true"),
+            (ANN_ACCESS_LOG_BUCKET, "logs"),
+            (ANN_ACCESS_LOG_PREFIX, "nlb/"),
+            (
+                ANN_TARGET_GROUP_ATTRIBUTES,
+                "preserve_client_ip.enabled=false,proxy_protocol_v2.enabled=true",
+            ),
+            (ANN_PRIVATE_IPV4, "10.0.1.10,10.0.2.10"),
+            (ANN_TARGET_NODE_LABELS, "lb=yes,edge="),
+            (ANN_SECURITY_GROUPS, "sg-1,sg-2"),
+            (
+                ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+                "10.0.0.0/8, 192.168.1.7/24",
+            ),
+        ]))
+        .unwrap();
+        assert!(spec.internal);
+        assert_eq!(
+            spec.subnets,
+            Some(vec!["subnet-1".into(), "private-a".into()])
+        );
+        let http = &spec.ports[0];
+        assert_eq!(http.listener_protocol, Protocol::Tcp);
+        assert_eq!(http.certificate, None);
+        let https = &spec.ports[1];
+        assert_eq!(https.listener_protocol, Protocol::Tls);
+        assert_eq!(https.target_protocol, Protocol::Tls);
+        assert_eq!(
+            https.certificate.as_deref(),
+            Some("arn:aws:acm:us-east-1:1:certificate/x")
+        );
+        assert_eq!(
+            https.ssl_policy.as_deref(),
+            Some("ELBSecurityPolicy-TLS13-1-2-2021-06")
+        );
+        assert_eq!(
+            spec.additional_tags,
+            BTreeMap::from([
+                ("cost-center".into(), "".into()),
+                ("team".into(), "shop".into())
+            ])
+        );
+        assert_eq!(
+            spec.health_check,
+            HealthCheck {
+                protocol: HealthCheckProtocol::Http,
+                port: HealthCheckPort::Port(8080),
+                path: Some("/ready".into()),
+                interval: 20,
+                timeout: 6,
+                healthy_threshold: 4,
+                unhealthy_threshold: 5,
+            }
+        );
+        assert_eq!(spec.cross_zone, Some(true));
+        assert_eq!(
+            spec.access_log,
+            Some(AccessLog {
+                enabled: true,
+                bucket: Some("logs".into()),
+                prefix: Some("nlb/".into())
+            })
+        );
+        assert_eq!(spec.target_group_attributes.len(), 2);
+        assert_eq!(
+            spec.private_ipv4_addresses,
+            Some(vec![
+                Ipv4Addr::new(10, 0, 1, 10),
+                Ipv4Addr::new(10, 0, 2, 10)
+            ])
+        );
+        assert_eq!(
+            spec.target_node_labels.get("edge").map(String::as_str),
+            Some("")
+        );
+        assert_eq!(
+            spec.security_groups,
+            Some(vec!["sg-1".into(), "sg-2".into()])
+        );
+        assert_eq!(
+            spec.source_ranges,
+            vec![
+                "10.0.0.0/8".parse::<IpNet>().unwrap(),
+                "192.168.1.0/24".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn tls_on_all_tcp_ports_by_default_and_eips() {
+        let spec = parse(&web(&[
+            (ANN_SSL_CERT, "arn:aws:iam::1:server-certificate/x"),
+            (ANN_EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2"),
+            (ANN_INTERNAL, "false"),
+        ]))
+        .unwrap();
+        assert!(
+            spec.ports
+                .iter()
+                .all(|p| p.listener_protocol == Protocol::Tls)
+        );
+        assert!(
+            spec.ports
+                .iter()
+                .all(|p| p.target_protocol == Protocol::Tcp)
+        );
+        assert_eq!(spec.eip_allocations.as_ref().map(Vec::len), Some(2));
+        // Legacy value of the internal annotation.
+        assert!(
+            parse(&web(&[(ANN_INTERNAL, "0.0.0.0/0")]))
+                .unwrap()
+                .internal
+        );
+        // Port numbers work in the ssl-ports list too.
+        let spec = parse(&web(&[
+            (ANN_SSL_CERT, "arn:aws:iam::1:server-certificate/x"),
+            (ANN_SSL_PORTS, "443"),
+        ]))
+        .unwrap();
+        assert_eq!(spec.ports[0].listener_protocol, Protocol::Tcp);
+        assert_eq!(spec.ports[1].listener_protocol, Protocol::Tls);
+    }
+
+    #[test]
+    fn kinds() {
+        assert_eq!(lb_kind(&web(&[(ANN_TYPE, "nlb")])).unwrap(), LbKind::Nlb);
+        assert_eq!(
+            lb_kind(&web(&[(ANN_TYPE, "nlb-ip")])).unwrap(),
+            LbKind::Elsewhere("nlb-ip".into())
+        );
+        assert_eq!(
+            lb_kind(&web(&[(ANN_TYPE, "external")])).unwrap(),
+            LbKind::Elsewhere("external".into())
+        );
+        let err = lb_kind(&web(&[(ANN_TYPE, "classic")])).unwrap_err();
+        assert_eq!(err.subject, ANN_TYPE);
+    }
+
+    /// Every validation error names the annotation or field at fault.
+    #[test]
+    fn validation_errors_name_their_subject() {
+        let cert = (ANN_SSL_CERT, "arn:aws:acm:us-east-1:1:certificate/x");
+        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+            (vec![(ANN_INTERNAL, "yes")], ANN_INTERNAL),
+            (vec![(ANN_SUBNETS, "subnet-1,,subnet-2")], ANN_SUBNETS),
+            (vec![(ANN_SSL_CERT, "my-cert")], ANN_SSL_CERT),
+            (vec![(ANN_SSL_PORTS, "443")], ANN_SSL_PORTS),
+            (vec![cert, (ANN_SSL_PORTS, "8443")], ANN_SSL_PORTS),
+            (
+                vec![(ANN_SSL_NEGOTIATION_POLICY, "p")],
+                ANN_SSL_NEGOTIATION_POLICY,
+            ),
+            (vec![(ANN_BACKEND_PROTOCOL, "http")], ANN_BACKEND_PROTOCOL),
+            (vec![(ANN_BACKEND_PROTOCOL, "ssl")], ANN_BACKEND_PROTOCOL),
+            (vec![(ANN_ADDITIONAL_TAGS, "=v")], ANN_ADDITIONAL_TAGS),
+            (vec![(ANN_ADDITIONAL_TAGS, "a=1,a=2")], ANN_ADDITIONAL_TAGS),
+            (vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")], ANN_ADDITIONAL_TAGS),
+            (
+                vec![(ANN_ADDITIONAL_TAGS, "kubernetes.io/cluster/x=owned")],
+                ANN_ADDITIONAL_TAGS,
+            ),
+            (vec![(ANN_HC_PROTOCOL, "udp")], ANN_HC_PROTOCOL),
+            (vec![(ANN_HC_PORT, "70000")], ANN_HC_PORT),
+            (vec![(ANN_HC_PORT, "http")], ANN_HC_PORT),
+            (vec![(ANN_HC_PATH, "/x")], ANN_HC_PATH),
+            (
+                vec![(ANN_HC_PROTOCOL, "HTTP"), (ANN_HC_PATH, "healthz")],
+                ANN_HC_PATH,
+            ),
+            (vec![(ANN_HC_HEALTHY, "1")], ANN_HC_HEALTHY),
+            (vec![(ANN_HC_UNHEALTHY, "11")], ANN_HC_UNHEALTHY),
+            (vec![(ANN_HC_INTERVAL, "4")], ANN_HC_INTERVAL),
+            (vec![(ANN_HC_TIMEOUT, "ten")], ANN_HC_TIMEOUT),
+            (vec![(ANN_HC_TIMEOUT, "60")], ANN_HC_TIMEOUT),
+            (vec![(ANN_CROSS_ZONE, "1")], ANN_CROSS_ZONE),
+            (vec![(ANN_ACCESS_LOG_ENABLED, "on")], ANN_ACCESS_LOG_ENABLED),
+            (
+                vec![(ANN_ACCESS_LOG_ENABLED, "true")],
+                ANN_ACCESS_LOG_BUCKET,
+            ),
+            (
+                vec![(ANN_TARGET_GROUP_ATTRIBUTES, "stickiness.type=lb_cookie")],
+                ANN_TARGET_GROUP_ATTRIBUTES,
+            ),
+            (
+                vec![(ANN_TARGET_GROUP_ATTRIBUTES, "load_balancing.algorithm=x")],
+                ANN_TARGET_GROUP_ATTRIBUTES,
+            ),
+            (
+                vec![(
+                    ANN_TARGET_GROUP_ATTRIBUTES,
+                    "preserve_client_ip.enabled=yes",
+                )],
+                ANN_TARGET_GROUP_ATTRIBUTES,
+            ),
+            (vec![(ANN_EIP_ALLOCATIONS, "1.2.3.4")], ANN_EIP_ALLOCATIONS),
+            (
+                vec![(ANN_EIP_ALLOCATIONS, "eipalloc-1"), (ANN_INTERNAL, "true")],
+                ANN_EIP_ALLOCATIONS,
+            ),
+            (
+                vec![(ANN_PRIVATE_IPV4, "10.0.0.300"), (ANN_INTERNAL, "true")],
+                ANN_PRIVATE_IPV4,
+            ),
+            (vec![(ANN_PRIVATE_IPV4, "10.0.0.3")], ANN_PRIVATE_IPV4),
+            (vec![(ANN_TARGET_NODE_LABELS, "=x")], ANN_TARGET_NODE_LABELS),
+            (vec![(ANN_SECURITY_GROUPS, "web-sg")], ANN_SECURITY_GROUPS),
+            (
+                vec![(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, "10.0.0.0/33")],
+                ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+            ),
+        ];
+        for (annotations, subject) in cases {
+            let err = parse(&web(&annotations)).unwrap_err();
+            assert_eq!(err.subject, subject, "{annotations:?}: {err}");
+            assert!(
+                err.to_string().starts_with(&format!("{subject}: ")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn spec_preflight_errors() {
+        let mut svc = web(&[]);
+        svc.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        assert_eq!(parse(&svc).unwrap_err().subject, "spec.sessionAffinity");
+
+        let mut svc = web(&[]);
+        svc.spec.as_mut().unwrap().load_balancer_ip = Some("1.2.3.4".into());
+        assert_eq!(parse(&svc).unwrap_err().subject, "spec.loadBalancerIP");
+
+        let svc = service(&[], &[]);
+        assert_eq!(parse(&svc).unwrap_err().subject, "spec.ports");
+
+        let svc = service(&[], &[("a", 53, "TCP", 30053), ("b", 53, "UDP", 30054)]);
+        let err = parse(&svc).unwrap_err();
+        assert!(err.message.contains("mixed protocols"), "{err}");
+
+        let svc = service(&[], &[("a", 9, "SCTP", 30009)]);
+        assert!(parse(&svc).unwrap_err().message.contains("SCTP"));
+
+        let svc = service(&[], &[("a", 9, "TCP", 0)]);
+        assert!(parse(&svc).unwrap_err().message.contains("nodePort"));
+
+        let mut svc = web(&[]);
+        svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["nope".into()]);
+        assert_eq!(
+            parse(&svc).unwrap_err().subject,
+            "spec.loadBalancerSourceRanges"
+        );
+
+        let svc = service(
+            &[
+                (ANN_SSL_CERT, "arn:aws:acm:r:1:certificate/x"),
+                (ANN_SSL_PORTS, "dns"),
+            ],
+            &[("dns", 53, "UDP", 30053)],
+        );
+        assert_eq!(parse(&svc).unwrap_err().subject, ANN_SSL_PORTS);
+    }
+
+    #[test]
+    fn udp_ports_never_get_tls() {
+        let svc = service(
+            &[(ANN_SSL_CERT, "arn:aws:acm:r:1:certificate/x")],
+            &[("dns", 53, "UDP", 30053)],
+        );
+        let spec = parse(&svc).unwrap();
+        assert_eq!(spec.ports[0].listener_protocol, Protocol::Udp);
+        assert_eq!(spec.ports[0].target_protocol, Protocol::Udp);
+        assert_eq!(spec.ports[0].certificate, None);
+    }
+}

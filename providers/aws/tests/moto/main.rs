@@ -1,0 +1,11 @@
+//! Tests of the AWS provider against a real AWS API peer: moto's server (PyPI `moto[server]`), started once
+//! for this test binary on a free port of 127.0.0.1 (see `common`). Every test seeds a VPC of its own through
+//! the AWS SDK and uses a cluster ID of its own, so tests run in parallel without seeing each other.
+
+mod common;
+mod controllers;
+mod instances;
+mod load_balancers;
+mod routes;
+mod setup;
+mod volumes;
