@@ -186,6 +186,7 @@ pub async fn run_until(
     metrics_registry.register_collector(Box::new(ProcessCollector));
     leader_status.register_metrics(&mut metrics_registry);
     let controller_metrics = ControllerMetrics::register(&mut metrics_registry);
+    cloud.register_metrics(&mut metrics_registry);
     let health = HealthRegistry::default();
 
     // Serving.

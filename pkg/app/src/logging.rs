@@ -16,6 +16,26 @@ const NOISY: &[&str] = &[
     "kube_runtime",
 ];
 
+/// Targets capped at `info` at every verbosity, even under `RUST_LOG`: cloud SDKs that log resolved
+/// credentials or signed requests at `debug`/`trace`. Directive targets match by prefix, so
+/// `aws_smithy` covers every `aws_smithy_*` crate and `aws_sdk` every service crate.
+pub const CREDENTIAL_SAFE_CAPS: &[&str] = &[
+    "aws_config",
+    "aws_credential_types",
+    "aws_runtime",
+    "aws_sigv4",
+    "aws_smithy",
+    "aws_sdk",
+];
+
+/// Appends the [`CREDENTIAL_SAFE_CAPS`] directives to `directives`; later directives for the same target win.
+pub fn with_credential_caps(directives: &str) -> String {
+    std::iter::once(directives.to_string())
+        .chain(CREDENTIAL_SAFE_CAPS.iter().map(|target| format!("{target}=info")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The filter directives for a klog-style verbosity (0..=10).
 ///
 /// - 0-2: info and above (klog's default range of steady-state messages)
@@ -42,8 +62,10 @@ pub fn directives_for_verbosity(verbosity: u8) -> String {
 /// Installs the global subscriber. Returns false when one was already installed (tests, embedding).
 pub fn init(verbosity: u8, format: LogFormat) -> bool {
     let filter = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => EnvFilter::new(directives),
-        _ => EnvFilter::new(directives_for_verbosity(verbosity)),
+        Ok(directives) if !directives.trim().is_empty() => {
+            EnvFilter::new(with_credential_caps(&directives))
+        }
+        _ => EnvFilter::new(with_credential_caps(&directives_for_verbosity(verbosity))),
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -63,6 +85,18 @@ pub fn init(verbosity: u8, format: LogFormat) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credential_caps_follow_every_directive_set() {
+        let directives = with_credential_caps("trace");
+        assert!(directives.starts_with("trace,"));
+        for target in CREDENTIAL_SAFE_CAPS {
+            assert!(directives.contains(&format!(",{target}=info")), "{directives}");
+        }
+        // The caps parse as a filter and keep the SDK's debug output out at the highest verbosity.
+        let filter = EnvFilter::new(with_credential_caps(&directives_for_verbosity(10)));
+        assert!(filter.to_string().contains("aws_sigv4=info"));
+    }
 
     #[test]
     fn verbosity_levels() {

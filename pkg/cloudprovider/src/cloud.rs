@@ -54,6 +54,13 @@ pub trait CloudProvider: Send + Sync + 'static {
         None
     }
 
+    /// Registers the provider's own metrics (cloud API calls, latencies, throttling) on the daemon's
+    /// registry, so they are served on `/metrics` next to the controllers' metrics. Called once, before
+    /// serving starts. The default registers nothing.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
+    }
+
     /// Whether the provider knows which cluster its resources belong to (a cluster ID or tag). A provider
     /// answering `false` is refused unless the controller manager runs with `--allow-untagged-cloud`.
     fn has_cluster_id(&self) -> bool;

@@ -137,3 +137,4 @@ pub use zones::{Zone, Zones};
 pub use async_trait::async_trait;
 pub use k8s_openapi;
 pub use kube;
+pub use prometheus_client;

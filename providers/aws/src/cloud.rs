@@ -310,6 +310,10 @@ impl CloudProvider for AwsCloud {
         Some(self)
     }
 
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        crate::metrics::AwsMetrics::global().register(registry);
+    }
+
     fn has_cluster_id(&self) -> bool {
         self.tagging.cluster_id().is_some()
     }

@@ -78,11 +78,6 @@ impl DigitalOceanCloud {
         self.client.metrics()
     }
 
-    /// Registers the API call metrics on a prometheus-client registry.
-    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
-        self.client.metrics().register(registry);
-    }
-
     /// The region: configured, or resolved by [`DigitalOceanCloud::prepare`].
     pub fn region(&self) -> Option<String> {
         self.region.read().clone()
@@ -217,6 +212,10 @@ impl CloudProvider for DigitalOceanCloud {
 
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
         Some(self)
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.client.metrics().register(registry);
     }
 
     fn has_cluster_id(&self) -> bool {

@@ -2,7 +2,7 @@
 
 mod support;
 
-use cloud_provider::{Registry, RegistryError};
+use cloud_provider::{CloudProvider, Registry, RegistryError};
 use provider_digitalocean::stub::DoStub;
 use provider_digitalocean::{AccessToken, DigitalOceanCloud};
 use support::{cloud_with, config_for};
