@@ -53,8 +53,16 @@ echo "--- deploying the cloud-controller-manager"
 kubectl apply -f deploy/rbac.yaml -f deploy/fake-cloud-config.yaml -f deploy/deployment.yaml
 kubectl -n kube-system rollout status deployment/cloud-controller-manager --timeout=180s
 
-echo "--- forwarding the fake cloud's admin API"
-pod=$(kubectl -n kube-system get pods -l app.kubernetes.io/name=cloud-controller-manager -o jsonpath='{.items[0].metadata.name}')
+echo "--- forwarding the fake cloud's admin API of the leading replica"
+holder=""
+for _ in $(seq 1 60); do
+  holder=$(kubectl -n kube-system get lease cloud-controller-manager -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+  [ -n "$holder" ] && break
+  sleep 2
+done
+[ -n "$holder" ] || fail "no replica acquired the kube-system/cloud-controller-manager Lease"
+# The identity is <hostname>_<uuid>, and a pod's hostname is its name.
+pod=${holder%%_*}
 kubectl -n kube-system port-forward "pod/$pod" "$admin_port:$admin_port" >"$artifacts/port-forward.log" 2>&1 &
 forward_pid=$!
 sleep 2

@@ -1,0 +1,365 @@
+//! `ccm-demo`: the whole cloud-controller-manager at work, on one machine, narrated.
+//!
+//! It starts the in-process API server and the CCM binary (a separate process, fake provider), plays the
+//! kubelets of four nodes, creates three LoadBalancer Services, then stops one instance and terminates
+//! another. A watch on Nodes and Services narrates what the CCM does as it happens; at the end it prints
+//! the state as tables and checks every expected outcome. Exit code 0 only when all of them happened.
+//!
+//! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`).
+
+mod narrator;
+mod tables;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ccm_e2e::harness::LocalOptions;
+use ccm_e2e::kubelet::SimulatedNode;
+use ccm_e2e::well_known::*;
+use ccm_e2e::{Check, Harness, HarnessConfig, HarnessError, Mode, wait_for};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+/// The demo cloud: two zones, two instance types, one explicitly configured (large) instance, the rest
+/// discovered from the nodes.
+const CLOUD_CONFIG: &str = "\
+region: demo-region-1
+zones: [demo-zone-a, demo-zone-b]
+instanceTypes: [demo.small, demo.large]
+autoDiscover: true
+clusterID: demo
+clusterName: demo
+instances:
+  - name: node-0
+    type: demo.large
+    zone: demo-zone-a
+    addresses:
+      - {type: InternalIP, address: 10.0.0.10}
+      - {type: Hostname, address: node-0}
+";
+
+const NODES: u8 = 4;
+/// The node whose instance is stopped.
+const STOPPED: &str = "node-2";
+/// The node whose instance is terminated.
+const TERMINATED: &str = "node-3";
+/// The Services: name and ports.
+const SERVICES: &[(&str, &[i32])] = &[("web", &[80, 443]), ("api", &[8080]), ("dns", &[53])];
+/// Bound on every wait.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The expected outcomes, in order, with whether each happened.
+#[derive(Default)]
+struct Outcomes {
+    results: Vec<(String, Result<(), String>)>,
+}
+
+impl Outcomes {
+    fn record<T>(&mut self, what: impl Into<String>, result: Result<T, HarnessError>) -> Option<T> {
+        let what = what.into();
+        match result {
+            Ok(value) => {
+                self.results.push((what, Ok(())));
+                Some(value)
+            }
+            Err(err) => {
+                self.results.push((what, Err(err.to_string())));
+                None
+            }
+        }
+    }
+
+    fn all_ok(&self) -> bool {
+        self.results.iter().all(|(_, r)| r.is_ok())
+    }
+
+    fn print(&self) {
+        println!("\nExpected outcomes:");
+        for (what, result) in &self.results {
+            match result {
+                Ok(()) => println!("  [ok]      {what}"),
+                Err(err) => println!("  [MISSING] {what}\n            {err}"),
+            }
+        }
+    }
+}
+
+fn service(name: &str, ports: &[i32]) -> anyhow::Result<Service> {
+    let ports: Vec<serde_json::Value> = ports
+        .iter()
+        .map(|p| {
+            let protocol = if *p == 53 { "UDP" } else { "TCP" };
+            json!({"name": format!("p{p}"), "port": p, "targetPort": p, "protocol": protocol})
+        })
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": ports},
+    }))?)
+}
+
+/// Waits until `node` satisfies `accept`.
+async fn wait_node(
+    nodes: &Api<Node>,
+    what: &str,
+    name: &str,
+    accept: impl Fn(Option<&Node>) -> bool,
+) -> Result<(), HarnessError> {
+    let accept = &accept;
+    wait_for(what, WAIT, || {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes
+                .get_opt(name)
+                .await
+                .map_err(|e| HarnessError::kube(format!("reading node {name}"), e))?;
+            let seen = match &node {
+                Some(n) => format!(
+                    "taints {:?}, providerID {:?}",
+                    taint_keys(n),
+                    provider_id(n)
+                ),
+                None => "no such node".to_string(),
+            };
+            Ok(Check::when(accept(node.as_ref()), (), || seen))
+        }
+    })
+    .await
+}
+
+async fn run() -> anyhow::Result<bool> {
+    let started = Instant::now();
+    println!(
+        "Starting the in-memory API server and the cloud-controller-manager (fake cloud provider)..."
+    );
+    let config = HarnessConfig {
+        kubeconfig: None,
+        mode: Mode::Simulated,
+        fake_admin: None,
+        ccm_namespace: "kube-system".into(),
+    };
+    let options = LocalOptions {
+        replicas: 1,
+        cloud_config: CLOUD_CONFIG.to_string(),
+        extra_args: vec!["--cluster-name=demo".into()],
+        keep_files: true,
+    };
+    let harness = Harness::start(config, options)
+        .await
+        .context("starting the demo")?;
+    if let Some(local) = harness.local() {
+        println!("  API server:           {}", local.server().url());
+        println!("  fake cloud admin API: http://{}", local.admin_address());
+        println!(
+            "  CCM log:              {}",
+            local
+                .replicas()
+                .first()
+                .map(|r| r.log_path().display().to_string())
+                .unwrap_or_default()
+        );
+    }
+    println!();
+    let narrator = narrator::Narrator::start(harness.client(), started);
+    let mut outcomes = Outcomes::default();
+    let result = script(&harness, &mut outcomes).await;
+    // Let the narrator print the last changes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    narrator.stop();
+
+    tables::print(&harness).await?;
+    if let Err(err) = result {
+        outcomes.results.push((
+            "the demo script ran to the end".into(),
+            Err(format!("{err:#}")),
+        ));
+    }
+    outcomes.print();
+    let ok = outcomes.all_ok();
+    if !ok {
+        println!("\nThe CCM's log:\n{}", harness.diagnostics());
+    }
+    println!("\nDone in {:.1}s.", started.elapsed().as_secs_f32());
+    Ok(ok)
+}
+
+async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(h.client());
+    let services: Api<Service> = Api::namespaced(h.client(), "default");
+
+    narrator::say("The kubelets of four nodes register, tainted until the cloud initializes them.");
+    for index in 0..NODES {
+        h.kubelets()
+            .register(&SimulatedNode::numbered("node", index))
+            .await?;
+    }
+    for index in 0..NODES {
+        let name = format!("node-{index}");
+        let result = wait_node(&nodes, &format!("{name} to be initialized"), &name, |n| {
+            n.is_some_and(|n| provider_id(n).is_some() && !has_taint(n, UNINITIALIZED_TAINT))
+        })
+        .await;
+        outcomes.record(
+            format!("{name} initialized (provider ID, zone, type; taint removed)"),
+            result,
+        );
+    }
+    let routes = wait_for("a route for every node", WAIT, || async {
+        let routes = h.admin().routes().await?;
+        let mut targets: Vec<String> = routes.iter().map(|r| r.target_node.clone()).collect();
+        targets.sort();
+        targets.dedup();
+        Ok(Check::when(targets.len() == usize::from(NODES), (), || {
+            format!("routes for {targets:?}")
+        }))
+    })
+    .await;
+    outcomes.record("a route in the cloud for each node's pod CIDR", routes);
+
+    narrator::say("Three Services of type LoadBalancer are created.");
+    for (name, ports) in SERVICES {
+        services
+            .create(&PostParams::default(), &service(name, ports)?)
+            .await?;
+    }
+    for (name, _) in SERVICES {
+        let result = wait_for(
+            &format!("Service {name} to get an external IP"),
+            WAIT,
+            || {
+                let services = services.clone();
+                async move {
+                    let svc = services
+                        .get(name)
+                        .await
+                        .map_err(|e| HarnessError::kube(format!("reading Service {name}"), e))?;
+                    Ok(Check::when(!ingress(&svc).is_empty(), (), || {
+                        "no ingress yet".to_string()
+                    }))
+                }
+            },
+        )
+        .await;
+        outcomes.record(format!("Service {name} got a load-balancer IP"), result);
+    }
+
+    narrator::say(format!(
+        "The instance of {STOPPED} is shut down in the cloud (its kubelet stops reporting)."
+    ));
+    h.admin().stop_instance(STOPPED).await?;
+    h.kubelets().set_ready(STOPPED, false).await?;
+    let shutdown = wait_node(
+        &nodes,
+        &format!("{STOPPED} to get the shutdown taint"),
+        STOPPED,
+        |n| n.is_some_and(|n| has_taint(n, SHUTDOWN_TAINT)),
+    )
+    .await;
+    outcomes.record(format!("{STOPPED} tainted {SHUTDOWN_TAINT}"), shutdown);
+
+    narrator::say(format!(
+        "The instance of {TERMINATED} is terminated in the cloud."
+    ));
+    h.admin().terminate_instance(TERMINATED).await?;
+    h.kubelets().set_ready(TERMINATED, false).await?;
+    let deleted = wait_node(
+        &nodes,
+        &format!("{TERMINATED} to be deleted"),
+        TERMINATED,
+        |n| n.is_none(),
+    )
+    .await;
+    h.kubelets().forget(TERMINATED);
+    outcomes.record(
+        format!("{TERMINATED} deleted once its instance was gone"),
+        deleted,
+    );
+
+    let lb_nodes = wait_for(
+        "the load balancers to drop the deleted node",
+        WAIT,
+        || async {
+            let lbs = h.admin().load_balancers().await?;
+            let targets: std::collections::BTreeSet<String> =
+                lbs.iter().flat_map(|lb| lb.nodes.clone()).collect();
+            let stale: BTreeMap<String, Vec<String>> = lbs
+                .iter()
+                .filter(|lb| lb.nodes.iter().any(|n| n == TERMINATED))
+                .map(|lb| (lb.service.clone(), lb.nodes.clone()))
+                .collect();
+            let done = lbs.len() == SERVICES.len() && stale.is_empty();
+            Ok(Check::when(done, targets, || {
+                format!(
+                    "{} load balancers; still targeting {TERMINATED}: {stale:?}",
+                    lbs.len()
+                )
+            }))
+        },
+    )
+    .await;
+    if let Ok(targets) = &lb_nodes {
+        narrator::tell(format!(
+            "the cloud's load balancers were updated: they now target {}",
+            targets.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    outcomes.record(
+        format!("load balancers no longer target {TERMINATED}"),
+        lb_nodes,
+    );
+
+    let route_gone = wait_for(
+        &format!("the route of {TERMINATED} to be removed"),
+        WAIT,
+        || async {
+            let routes = h.admin().routes().await?;
+            let left = routes
+                .iter()
+                .filter(|r| r.target_node == TERMINATED)
+                .count();
+            Ok(Check::when(left == 0, (), || {
+                format!("{left} route(s) still target {TERMINATED}")
+            }))
+        },
+    )
+    .await;
+    if route_gone.is_ok() {
+        narrator::tell(format!("the cloud route of {TERMINATED} was removed"));
+    }
+    outcomes.record(
+        format!("the route of {TERMINATED} removed from the cloud"),
+        route_gone,
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("ccm-demo: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("ccm-demo: some expected outcomes did not happen (see above)");
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("ccm-demo: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

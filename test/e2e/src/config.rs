@@ -1,0 +1,170 @@
+//! The suite's configuration, read from the environment.
+//!
+//! | variable            | meaning                                                                        |
+//! |---------------------|--------------------------------------------------------------------------------|
+//! | `E2E_KUBECONFIG`    | kubeconfig of the cluster to target; unset: an in-process API server and the CCM binary as a separate process |
+//! | `E2E_MODE`          | `simulated` (create Nodes the way kubelets do) or `existing` (use the cluster's nodes) |
+//! | `E2E_FAKE_ADMIN`    | base URL of the fake cloud's admin API (required with `E2E_KUBECONFIG`)          |
+//! | `E2E_CCM_NAMESPACE` | namespace of the CCM's Lease and pods (default `kube-system`)                    |
+//!
+//! Without `E2E_KUBECONFIG` the mode defaults to `simulated` (an empty API server has no nodes); with it,
+//! to `existing`.
+
+use std::path::PathBuf;
+
+use crate::HarnessError;
+
+/// Whether the suite creates its own Node objects or uses the cluster's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The harness plays the kubelets: it registers tainted Nodes with addresses, pod CIDRs and a Ready
+    /// condition, and keeps them Ready with a heartbeat.
+    Simulated,
+    /// The cluster's real nodes (e.g. kind) are used; the harness only observes them.
+    Existing,
+}
+
+impl Mode {
+    /// Parses `simulated` or `existing`.
+    pub fn parse(value: &str) -> Result<Mode, HarnessError> {
+        match value.trim() {
+            "simulated" => Ok(Mode::Simulated),
+            "existing" => Ok(Mode::Existing),
+            other => Err(HarnessError::Config(format!(
+                "E2E_MODE={other:?} is not a mode; use `simulated` or `existing`"
+            ))),
+        }
+    }
+
+    /// The mode's name as `E2E_MODE` spells it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Simulated => "simulated",
+            Mode::Existing => "existing",
+        }
+    }
+}
+
+/// Where the suite runs and against what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessConfig {
+    /// The target cluster's kubeconfig; `None` starts the local API server and CCM processes.
+    pub kubeconfig: Option<PathBuf>,
+    /// Simulated or existing nodes.
+    pub mode: Mode,
+    /// The fake cloud's admin API base URL (`http://127.0.0.1:10270`); `None` in local runs, where the
+    /// harness configures it itself.
+    pub fake_admin: Option<String>,
+    /// Namespace of the CCM's leader-election Lease and (in a real cluster) its pods.
+    pub ccm_namespace: String,
+}
+
+impl HarnessConfig {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<HarnessConfig, HarnessError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `lookup` (the environment, or a map in tests). Empty values count
+    /// as unset.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<HarnessConfig, HarnessError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let kubeconfig = get("E2E_KUBECONFIG").map(PathBuf::from);
+        let mode = match get("E2E_MODE") {
+            Some(value) => Mode::parse(&value)?,
+            None if kubeconfig.is_some() => Mode::Existing,
+            None => Mode::Simulated,
+        };
+        let fake_admin = get("E2E_FAKE_ADMIN").map(|url| url.trim_end_matches('/').to_string());
+        if kubeconfig.is_some() && fake_admin.is_none() {
+            return Err(HarnessError::Config(
+                "E2E_KUBECONFIG is set but E2E_FAKE_ADMIN is not: the suite needs the fake cloud's admin API \
+                 (e.g. http://127.0.0.1:10270 through `kubectl port-forward`)"
+                    .into(),
+            ));
+        }
+        if kubeconfig.is_none() && mode == Mode::Existing {
+            return Err(HarnessError::Config(
+                "E2E_MODE=existing needs E2E_KUBECONFIG: the local API server has no nodes of its own".into(),
+            ));
+        }
+        if let Some(url) = &fake_admin
+            && !url.starts_with("http://")
+        {
+            return Err(HarnessError::Config(format!(
+                "E2E_FAKE_ADMIN={url:?} must be an http:// URL"
+            )));
+        }
+        Ok(HarnessConfig {
+            kubeconfig,
+            mode,
+            fake_admin,
+            ccm_namespace: get("E2E_CCM_NAMESPACE").unwrap_or_else(|| "kube-system".to_string()),
+        })
+    }
+
+    /// True when the harness starts the API server and the CCM itself.
+    pub fn is_local(&self) -> bool {
+        self.kubeconfig.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<HarnessConfig, HarnessError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        HarnessConfig::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_to_a_local_simulated_run() {
+        let c = config(&[]).unwrap();
+        assert!(c.is_local());
+        assert_eq!(c.mode, Mode::Simulated);
+        assert_eq!(c.fake_admin, None);
+        assert_eq!(c.ccm_namespace, "kube-system");
+    }
+
+    #[test]
+    fn a_kubeconfig_means_existing_nodes_and_needs_the_admin_api() {
+        let err = config(&[("E2E_KUBECONFIG", "/k")]).unwrap_err();
+        assert!(err.to_string().contains("E2E_FAKE_ADMIN"), "{err}");
+        let c = config(&[
+            ("E2E_KUBECONFIG", "/k"),
+            ("E2E_FAKE_ADMIN", "http://127.0.0.1:10270/"),
+            ("E2E_CCM_NAMESPACE", "ccm"),
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::Existing);
+        assert_eq!(c.fake_admin.as_deref(), Some("http://127.0.0.1:10270"));
+        assert_eq!(c.ccm_namespace, "ccm");
+        assert!(!c.is_local());
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_variable_named() {
+        let err = config(&[("E2E_MODE", "kind")]).unwrap_err();
+        assert!(err.to_string().contains("E2E_MODE=\"kind\""), "{err}");
+        let err = config(&[("E2E_MODE", "existing")]).unwrap_err();
+        assert!(err.to_string().contains("needs E2E_KUBECONFIG"), "{err}");
+        let err =
+            config(&[("E2E_KUBECONFIG", "/k"), ("E2E_FAKE_ADMIN", "127.0.0.1:1")]).unwrap_err();
+        assert!(err.to_string().contains("http:// URL"), "{err}");
+        let c = config(&[
+            ("E2E_KUBECONFIG", "/k"),
+            ("E2E_FAKE_ADMIN", "http://a"),
+            ("E2E_MODE", "simulated"),
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::Simulated);
+    }
+}
