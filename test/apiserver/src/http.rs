@@ -1,0 +1,426 @@
+//! HTTP handling: authentication, routing of paths to discovery, admin and resource handlers,
+//! request counting, fault injection, latency, the request log, and JSON or streaming answers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+
+use crate::api::{self, ApiRequest, Query, Reply};
+use crate::auth::Authn;
+use crate::controls::{self, Controls, RequestKey, RequestRecord};
+use crate::discovery;
+use crate::error::ApiError;
+use crate::resources::{self, ResourceDef};
+use crate::server::State;
+use crate::watch;
+
+/// The response body type: full JSON bodies and streamed watch events.
+pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+fn response(code: u16, content_type: &str, body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json_response(code: u16, body: Vec<u8>) -> Response<Body> {
+    response(code, "application/json", full(body))
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(
+        e.code,
+        serde_json::to_vec(&e.status_body()).unwrap_or_default(),
+    );
+    if let Some(s) = e.retry_after
+        && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(RETRY_AFTER, v);
+    }
+    r
+}
+
+fn acceptable(accept: Option<&str>) -> bool {
+    let Some(a) = accept else { return true };
+    if a.trim().is_empty() {
+        return true;
+    }
+    a.split(',').any(|part| {
+        let essence = part
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        matches!(
+            essence.as_str(),
+            "application/json" | "*/*" | "application/*" | "json"
+        )
+    })
+}
+
+/// A request on a resource, as routed.
+struct Route {
+    verb: &'static str,
+    def: &'static ResourceDef,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+/// Routes `/api/v1/...` and `/apis/{group}/{version}/...` below the discovery documents.
+fn route(method: &Method, segs: &[&str], q: &Query) -> Result<Route, ApiError> {
+    let (group, version, rest) = match segs {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::unknown_resource()),
+    };
+    let (watch_path, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    let namespaced_path = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && resources::find(group, version, rest[2]).is_some_and(|d| d.namespaced);
+    let (namespace, plural, after) = if namespaced_path {
+        (Some(rest[1].to_string()), rest[2], &rest[3..])
+    } else {
+        match rest {
+            [plural, after @ ..] => (None, *plural, after),
+            [] => return Err(ApiError::unknown_resource()),
+        }
+    };
+    let def = resources::find(group, version, plural).ok_or_else(ApiError::unknown_resource)?;
+    if after.len() > 2 {
+        return Err(ApiError::unknown_resource());
+    }
+    let name = after.first().map(|s| (*s).to_string());
+    let subresource = after.get(1).map(|s| (*s).to_string());
+    if let Some(sub) = &subresource
+        && (sub != "status" || !def.status_subresource)
+    {
+        return Err(ApiError::unknown_resource());
+    }
+    if def.namespaced && namespace.is_none() && name.is_some() {
+        return Err(ApiError::unknown_resource());
+    }
+    let verb = if watch_path {
+        if *method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        "watch"
+    } else {
+        match (method, name.is_some()) {
+            (&Method::GET, true) if q.flag("watch") => "watch",
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) if q.flag("watch") => "watch",
+            (&Method::GET, false) => "list",
+            (&Method::POST, false) => "create",
+            (&Method::PUT, true) => "update",
+            (&Method::PATCH, true) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => return Err(ApiError::method_not_allowed()),
+        }
+    };
+    if subresource.is_some() {
+        if !resources::subresource_verbs().contains(&verb) {
+            return Err(ApiError::method_not_allowed());
+        }
+    } else if !def.allows(verb) {
+        return Err(ApiError::method_not_allowed());
+    }
+    if def.namespaced && namespace.is_none() && !matches!(verb, "list" | "watch") {
+        return Err(ApiError::method_not_allowed());
+    }
+    Ok(Route {
+        verb,
+        def,
+        namespace,
+        name,
+        subresource,
+    })
+}
+
+async fn read_body(state: &State, body: Incoming) -> Result<Bytes, ApiError> {
+    match Limited::new(body, state.cfg.max_body).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::too_large_body())
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "failed to read the request body: {e}"
+        ))),
+    }
+}
+
+fn watch_response(state: Arc<State>, plan: api::WatchPlan) -> Response<Body> {
+    let rx = watch::start(state, plan);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|line| (Ok::<_, Infallible>(Frame::data(line)), rx))
+    });
+    response(
+        200,
+        "application/json",
+        StreamBody::new(stream).boxed_unsync(),
+    )
+}
+
+/// Serves one request; never fails (errors become `Status` responses).
+pub(crate) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    Ok(serve(state, req).await)
+}
+
+async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = Query::parse(parts.uri.query());
+    let header = |h: http::header::HeaderName| {
+        parts
+            .headers
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+
+    let public = matches!(
+        path.as_str(),
+        "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
+    );
+    let authn = state.auth.authenticate(header(AUTHORIZATION).as_deref());
+    if state.cfg.require_auth && !matches!(authn, Authn::Known(_)) && !public {
+        return error_response(&ApiError::unauthorized());
+    }
+    match path.as_str() {
+        "/healthz" | "/livez" | "/readyz" => {
+            return response(200, "text/plain; charset=utf-8", full("ok"));
+        }
+        _ => {}
+    }
+    if path == "/_test" || path.starts_with("/_test/") {
+        let bytes = match read_body(&state, body).await {
+            Ok(b) => b,
+            Err(e) => return error_response(&e),
+        };
+        let controls = Controls {
+            state: state.clone(),
+        };
+        return match controls::admin(&controls, &parts.method, path.trim_end_matches('/'), &bytes) {
+            Ok((code, v)) => json_response(code, serde_json::to_vec(&v).unwrap_or_default()),
+            Err(e) => error_response(&e),
+        };
+    }
+    if !acceptable(header(ACCEPT).as_deref()) {
+        return error_response(&ApiError::not_acceptable());
+    }
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let discovery = match segs.as_slice() {
+        [] => Some(
+            serde_json::json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
+        ),
+        ["version"] => Some(discovery::version()),
+        ["api"] => Some(discovery::core_versions(&state.server_address())),
+        ["api", "v1"] => Some(discovery::core_resources()),
+        ["apis"] => Some(discovery::groups()),
+        ["apis", g] => Some(discovery::group(g).unwrap_or(serde_json::Value::Null)),
+        ["apis", g, v] => Some(discovery::group_resources(g, v).unwrap_or(serde_json::Value::Null)),
+        _ => None,
+    };
+    if let Some(doc) = discovery {
+        if parts.method != Method::GET {
+            return error_response(&ApiError::method_not_allowed());
+        }
+        if doc.is_null() {
+            return error_response(&ApiError::unknown_resource());
+        }
+        return json_response(200, serde_json::to_vec(&doc).unwrap_or_default());
+    }
+
+    let route = match route(&parts.method, &segs, &query) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let key = RequestKey {
+        verb: route.verb.to_string(),
+        resource: route.def.plural.to_string(),
+        subresource: route.subresource.clone().unwrap_or_default(),
+    };
+    state.controls.count(&key);
+    let record = |code: u16| RequestRecord {
+        verb: route.verb.to_string(),
+        group: route.def.group.to_string(),
+        version: route.def.version.to_string(),
+        resource: route.def.plural.to_string(),
+        subresource: route.subresource.clone().unwrap_or_default(),
+        namespace: route.namespace.clone().unwrap_or_default(),
+        name: route.name.clone().unwrap_or_default(),
+        user: authn.username(),
+        code,
+    };
+    if let Some(e) = state.controls.fault_for(&key) {
+        state.controls.record(record(e.code));
+        return error_response(&e);
+    }
+    let delay = state.controls.latency_for(&key);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let bytes = match read_body(&state, body).await {
+        Ok(b) => b,
+        Err(e) => {
+            state.controls.record(record(e.code));
+            return error_response(&e);
+        }
+    };
+    let api_req = ApiRequest {
+        def: route.def,
+        namespace: route.namespace.clone(),
+        name: route.name.clone(),
+        subresource: route.subresource.clone(),
+        query: &query,
+        content_type: header(CONTENT_TYPE),
+        body: bytes,
+    };
+    let result = match route.verb {
+        "get" => api::get(&state, &api_req),
+        "list" => api::list(&state, &api_req).await,
+        "watch" => api::watch(&state, &api_req),
+        "create" => api::create(&state, &api_req),
+        "update" => api::update(&state, &api_req),
+        "patch" => api::patch(&state, &api_req),
+        "delete" => api::delete(&state, &api_req),
+        "deletecollection" => api::delete_collection(&state, &api_req),
+        _ => Err(ApiError::method_not_allowed()),
+    };
+    let resp = match result {
+        Ok(Reply::Json(code, body)) => json_response(code, body),
+        Ok(Reply::Watch(plan)) => watch_response(state.clone(), plan),
+        Err(e) => error_response(&e),
+    };
+    state.controls.record(record(resp.status().as_u16()));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(method: Method, path: &str, query: &str) -> Result<Route, ApiError> {
+        let segs: Vec<&str> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
+        route(&method, &segs, &Query::parse(Some(query)))
+    }
+
+    #[test]
+    fn routing() {
+        let x = r(Method::GET, "/api/v1/nodes", "").unwrap();
+        assert_eq!((x.verb, x.def.plural), ("list", "nodes"));
+        let x = r(Method::GET, "/api/v1/nodes", "watch=true").unwrap();
+        assert_eq!(x.verb, "watch");
+        let x = r(Method::PATCH, "/api/v1/nodes/a/status", "").unwrap();
+        assert_eq!(
+            (x.verb, x.subresource.as_deref()),
+            ("patch", Some("status"))
+        );
+        let x = r(Method::GET, "/api/v1/namespaces/default/services/s", "").unwrap();
+        assert_eq!(
+            (x.verb, x.namespace.as_deref(), x.name.as_deref()),
+            ("get", Some("default"), Some("s"))
+        );
+        let x = r(Method::GET, "/api/v1/namespaces/default", "").unwrap();
+        assert_eq!(
+            (x.def.plural, x.name.as_deref()),
+            ("namespaces", Some("default"))
+        );
+        let x = r(Method::PUT, "/api/v1/namespaces/kube-system/status", "").unwrap();
+        assert_eq!(
+            (x.def.plural, x.verb, x.subresource.as_deref()),
+            ("namespaces", "update", Some("status"))
+        );
+        let x = r(
+            Method::POST,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+            "",
+        )
+        .unwrap();
+        assert_eq!((x.verb, x.def.plural), ("create", "leases"));
+        let x = r(Method::GET, "/api/v1/watch/namespaces/default/events", "").unwrap();
+        assert_eq!(x.verb, "watch");
+        assert_eq!(r(Method::GET, "/api/v1/pods", "").err().unwrap().code, 404);
+        assert_eq!(
+            r(Method::GET, "/api/v1/nodes/a/proxy", "")
+                .err()
+                .unwrap()
+                .code,
+            404
+        );
+        assert_eq!(r(Method::PUT, "/api/v1/nodes", "").err().unwrap().code, 405);
+        assert_eq!(
+            r(Method::DELETE, "/api/v1/nodes/a/status", "")
+                .err()
+                .unwrap()
+                .code,
+            405
+        );
+        assert_eq!(
+            r(
+                Method::GET,
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                ""
+            )
+            .err()
+            .unwrap()
+            .code,
+            405
+        );
+        assert_eq!(
+            r(Method::DELETE, "/api/v1/namespaces", "")
+                .err()
+                .unwrap()
+                .code,
+            405
+        );
+        assert_eq!(
+            r(Method::POST, "/api/v1/services", "").err().unwrap().code,
+            405
+        );
+    }
+
+    #[test]
+    fn accept_header() {
+        assert!(acceptable(None));
+        assert!(acceptable(Some("application/json")));
+        assert!(acceptable(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
+        assert!(acceptable(Some("*/*")));
+        assert!(!acceptable(Some("application/vnd.kubernetes.protobuf")));
+    }
+}
