@@ -5,9 +5,9 @@
 
 CARGO    ?= cargo
 FEATURES ?= --all-features
-BIN      := target/debug/cloud-controller-manager
+MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test unit demo e2e e2e-kind bench fmt fmt-check lint clean
+.PHONY: help build test demo e2e e2e-kind bench fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -15,13 +15,15 @@ help: ## List the targets.
 build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
-test: fmt-check build lint ## The full suite: formatting, clippy, unit, integration and end-to-end tests.
+test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests.
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 
-demo: build ## Run the whole CCM on an embedded API server and the fake cloud, narrated.
-	$(CARGO) run --locked $(FEATURES) -p ccm-demo --
+demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated.
+	$(CARGO) build --locked -p cloud-controller-manager -p ccm-demo
+	$(CARGO) run --locked -p ccm-demo --
 
-e2e: build ## The end-to-end suite against an embedded API server, the CCM running as a separate process.
+e2e: ## The end-to-end suite against an embedded API server, the CCM running as a separate process.
+	$(CARGO) build --locked $(FEATURES) -p cloud-controller-manager
 	$(CARGO) test --locked $(FEATURES) -p ccm-e2e -- --nocapture
 
 e2e-kind: ## The end-to-end suite against a kind cluster (needs docker and kind).
@@ -38,6 +40,10 @@ fmt-check:
 
 lint: ## Clippy with warnings as errors.
 	$(CARGO) clippy --workspace $(FEATURES) --all-targets --locked -- -D warnings
+
+$(MOTO): ## The AWS API emulator used by the AWS provider tests, in a local virtualenv.
+	python3 -m venv .venv
+	.venv/bin/pip install --quiet --disable-pip-version-check 'moto[server]'
 
 clean:
 	$(CARGO) clean
