@@ -1,0 +1,38 @@
+//! The cloud-specific control loops of the cloud-controller-manager.
+//!
+//! - [`node`]: `cloud-node-controller` initializes nodes tainted `node.cloudprovider.kubernetes.io/uninitialized`
+//!   from the cloud (provider ID, addresses, instance-type/zone/region labels), reconciles their labels and
+//!   keeps their addresses current.
+//! - [`node_lifecycle`]: `cloud-node-lifecycle-controller` deletes NotReady nodes whose instance is gone (with a
+//!   guard against deleting too many at once) and taints shut-down ones.
+//! - [`service`]: `service-lb-controller` manages cloud load balancers for `type: LoadBalancer` Services.
+//! - [`route`]: `node-route-controller` creates cloud routes for the pod CIDRs of the nodes.
+//! - [`pv_label`]: `pv-label-controller` labels PersistentVolumes backed by cloud volumes with zone and region.
+//!
+//! [`run_controllers`] starts the enabled ones over shared informers (one watch per resource type for the
+//! whole process), each with a health check and event recorder of its own.
+
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod health;
+pub mod informers;
+pub mod metrics;
+pub mod names;
+pub mod node;
+pub mod node_lifecycle;
+pub mod pv_label;
+pub mod route;
+pub mod service;
+pub mod workqueue;
+
+mod run;
+
+pub use context::{ControllerConfig, ControllerContext};
+pub use error::ControllersError;
+pub use events::{EventRecorder, EventType, object_ref};
+pub use health::{HealthHandle, HealthRegistry};
+pub use informers::{InformerEvent, InformerEvents, SharedInformers};
+pub use metrics::ControllerMetrics;
+pub use names::ControllerName;
+pub use run::run_controllers;

@@ -1,0 +1,174 @@
+//! Controller metrics with the upstream names (`node_controller_*`, `service_controller_*`,
+//! `route_controller_*`), plus a few of our own for the node-lifecycle deletion guard and the event recorder.
+//!
+//! prometheus-client appends `_total` to counters when encoding, so counters are registered without it.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set of the event recorder counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventOutcomeLabels {
+    /// What happened to the event: `created`, `series_updated`, `aggregated`, `failed` or `dropped`.
+    pub outcome: String,
+}
+
+/// Every metric the controllers export. Cloning shares the underlying metrics.
+#[derive(Clone, Debug)]
+pub struct ControllerMetrics {
+    /// `node_controller_cloud_provider_taint_removal_delay_seconds`: seconds from node creation until the
+    /// uninitialized taint was removed.
+    pub node_taint_removal_delay: Histogram,
+    /// `node_controller_initial_node_sync_delay_seconds`: seconds from node creation until its first
+    /// complete sync.
+    pub node_initial_sync_delay: Histogram,
+    /// `service_controller_loadbalancer_sync_total`: load balancer configurations caused by service or
+    /// node changes.
+    pub service_loadbalancer_sync: Counter,
+    /// `service_controller_nodesync_error_total`: load balancer updates after node changes that failed.
+    pub service_nodesync_error: Counter,
+    /// `service_controller_nodesync_latency_seconds`: duration of one node sync over all load balancers.
+    pub service_nodesync_latency: Histogram,
+    /// `service_controller_update_loadbalancer_host_latency_seconds`: duration of updating the hosts of one
+    /// load balancer.
+    pub service_update_loadbalancer_host_latency: Histogram,
+    /// `route_controller_route_sync_total`: route reconciliations against the cloud.
+    pub route_sync: Counter,
+    /// `node_lifecycle_controller_deletion_guard_trips_total`: lifecycle passes in which the deletion guard
+    /// refused to delete nodes.
+    pub node_lifecycle_deletion_guard_trips: Counter,
+    /// `node_lifecycle_controller_nodes_deleted_total`: nodes deleted because their instance is gone.
+    pub node_lifecycle_nodes_deleted: Counter,
+    /// `cloud_controllers_events_total{outcome}`: what happened to recorded events.
+    pub events: Family<EventOutcomeLabels, Counter>,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        ControllerMetrics {
+            node_taint_removal_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+            node_initial_sync_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+            service_loadbalancer_sync: Counter::default(),
+            service_nodesync_error: Counter::default(),
+            service_nodesync_latency: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
+            service_update_loadbalancer_host_latency: Histogram::new(exponential_buckets(
+                1.0, 2.0, 15,
+            )),
+            route_sync: Counter::default(),
+            node_lifecycle_deletion_guard_trips: Counter::default(),
+            node_lifecycle_nodes_deleted: Counter::default(),
+            events: Family::default(),
+        }
+    }
+}
+
+impl ControllerMetrics {
+    /// Creates the metrics and registers them in `registry` (served on `/metrics`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Number of seconds after node creation when the node controller removed the cloud-provider taint of a single node",
+            m.node_taint_removal_delay.clone(),
+        );
+        registry.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Number of seconds after node creation when the node controller finished the initial synchronization of a single node",
+            m.node_initial_sync_delay.clone(),
+        );
+        registry.register(
+            "service_controller_loadbalancer_sync",
+            "Number of times any load balancer has been configured, as an effect of service or node changes on the cluster",
+            m.service_loadbalancer_sync.clone(),
+        );
+        registry.register(
+            "service_controller_nodesync_error",
+            "Number of times a load balancer update after node changes failed",
+            m.service_nodesync_error.clone(),
+        );
+        registry.register(
+            "service_controller_nodesync_latency_seconds",
+            "Latency of a node sync that updates the hosts of every load balancer after node changes",
+            m.service_nodesync_latency.clone(),
+        );
+        registry.register(
+            "service_controller_update_loadbalancer_host_latency_seconds",
+            "Latency of updating the hosts of one load balancer",
+            m.service_update_loadbalancer_host_latency.clone(),
+        );
+        registry.register(
+            "route_controller_route_sync",
+            "Number of times routes have been synced with the cloud provider",
+            m.route_sync.clone(),
+        );
+        registry.register(
+            "node_lifecycle_controller_deletion_guard_trips",
+            "Number of node-lifecycle passes in which the deletion guard refused to delete nodes",
+            m.node_lifecycle_deletion_guard_trips.clone(),
+        );
+        registry.register(
+            "node_lifecycle_controller_nodes_deleted",
+            "Number of nodes deleted because their cloud instance no longer exists",
+            m.node_lifecycle_nodes_deleted.clone(),
+        );
+        registry.register(
+            "cloud_controllers_events",
+            "Events recorded by the controllers, by outcome (created, series_updated, aggregated, failed, dropped)",
+            m.events.clone(),
+        );
+        m
+    }
+
+    /// Counts one event outcome (see [`EventOutcomeLabels`]).
+    pub fn event_outcome(&self, outcome: &str) {
+        self.events
+            .get_or_create(&EventOutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// The current count of an event outcome.
+    pub fn event_outcome_count(&self, outcome: &str) -> u64 {
+        self.events
+            .get_or_create(&EventOutcomeLabels {
+                outcome: outcome.to_string(),
+            })
+            .get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn upstream_names_are_exported() {
+        let mut registry = Registry::default();
+        let m = ControllerMetrics::register(&mut registry);
+        m.service_loadbalancer_sync.inc();
+        m.route_sync.inc();
+        m.node_taint_removal_delay.observe(3.0);
+        m.event_outcome("created");
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for name in [
+            "node_controller_cloud_provider_taint_removal_delay_seconds_bucket",
+            "node_controller_initial_node_sync_delay_seconds_count",
+            "service_controller_loadbalancer_sync_total 1",
+            "service_controller_nodesync_error_total 0",
+            "service_controller_nodesync_latency_seconds_count",
+            "service_controller_update_loadbalancer_host_latency_seconds_count",
+            "route_controller_route_sync_total 1",
+            "node_lifecycle_controller_deletion_guard_trips_total 0",
+            "cloud_controllers_events_total{outcome=\"created\"} 1",
+        ] {
+            assert!(text.contains(name), "missing {name} in:\n{text}");
+        }
+        assert_eq!(m.event_outcome_count("created"), 1);
+    }
+}

@@ -1,0 +1,518 @@
+//! cloud-node-lifecycle-controller: every `--node-monitor-period`, checks the nodes that are not Ready
+//! against the cloud.
+//!
+//! - Ready nodes lose the `node.cloudprovider.kubernetes.io/shutdown` taint if they have it.
+//! - NotReady nodes whose instance is shut down get that taint (`NoSchedule`).
+//! - NotReady nodes whose instance no longer exists are deleted (Normal event `DeletingNode`; a failed delete
+//!   emits Warning `DeletingNodeFailed`), unless that would delete more than `--node-deletion-max-percent`
+//!   of all nodes in one pass: then none is deleted, a Warning event `DeletionGuardTripped` is emitted and
+//!   the reason is logged. A broken cloud answer must not empty the cluster.
+//!
+//! The cloud is asked with bulk `instance_states` calls (one per chunk of NotReady nodes) when the provider
+//! has `InstancesV2`, instead of one or two calls per node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_provider::{CloudError, CloudProvider, InstanceState, Instances, TAINT_SHUTDOWN};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::Store;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ControllerContext;
+use crate::error::ControllersError;
+use crate::events::{EventRecorder, EventType, object_ref};
+use crate::informers::SharedInformers;
+use crate::names::ControllerName;
+
+/// NotReady nodes per bulk state call.
+const STATE_CHUNK: usize = 500;
+/// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too).
+const STATE_CONCURRENCY: usize = 2;
+/// Concurrent per-node calls with the v1 interface.
+const V1_CONCURRENCY: usize = 16;
+/// Concurrent node writes (taints, deletions) in one pass.
+const WRITE_CONCURRENCY: usize = 16;
+/// How long a graceful stop waits for queued events to be written.
+const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the node's `Ready` condition is `True` (a missing condition counts as Unknown).
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+fn taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+/// Whether the node carries the shutdown taint.
+pub fn has_shutdown_taint(node: &Node) -> bool {
+    taints(node).iter().any(|t| t.key == TAINT_SHUTDOWN)
+}
+
+/// The outcome of the deletion guard for one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardDecision {
+    /// Delete every candidate.
+    Allow,
+    /// Delete none: the candidates exceed the allowed share.
+    Refuse {
+        /// Most nodes one pass may delete.
+        limit: usize,
+    },
+}
+
+/// Decides whether `candidates` deletions out of `total` nodes stay within `max_percent` percent of all
+/// nodes (`candidates * 100 <= total * max_percent`).
+pub fn deletion_guard(candidates: usize, total: usize, max_percent: u32) -> GuardDecision {
+    let max_percent = max_percent.min(100) as usize;
+    if candidates == 0 || candidates.saturating_mul(100) <= total.saturating_mul(max_percent) {
+        GuardDecision::Allow
+    } else {
+        GuardDecision::Refuse {
+            limit: total.saturating_mul(max_percent) / 100,
+        }
+    }
+}
+
+/// The merge patch that sets the node's taints to `taints`, guarded by its resourceVersion.
+fn taints_patch(node: &Node, taints: Vec<Taint>) -> Value {
+    json!({
+        "metadata": { "resourceVersion": node.metadata.resource_version },
+        "spec": { "taints": if taints.is_empty() { Value::Null } else { json!(taints) } },
+    })
+}
+
+/// The cloud-node-lifecycle-controller.
+pub struct CloudNodeLifecycleController {
+    ctx: ControllerContext,
+    api: Api<Node>,
+    store: Store<Node>,
+    informers: SharedInformers,
+    recorder: EventRecorder,
+}
+
+impl std::fmt::Debug for CloudNodeLifecycleController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudNodeLifecycleController")
+            .field("period", &self.ctx.config.node_monitor_period)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one pass did, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassSummary {
+    /// Nodes seen.
+    pub nodes: usize,
+    /// NotReady nodes checked against the cloud.
+    pub checked: usize,
+    /// Nodes deleted.
+    pub deleted: usize,
+    /// Nodes whose instance is gone but which the guard kept.
+    pub guarded: usize,
+    /// Shutdown taints added.
+    pub tainted: usize,
+    /// Shutdown taints removed.
+    pub untainted: usize,
+    /// Cloud lookups that failed.
+    pub errors: usize,
+}
+
+impl CloudNodeLifecycleController {
+    /// Creates the controller (reads the shared node store).
+    pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        CloudNodeLifecycleController {
+            ctx: ctx.clone(),
+            api: Api::all(ctx.client.clone()),
+            store: informers.nodes(),
+            informers: informers.clone(),
+            recorder: ctx.recorder(ControllerName::CloudNodeLifecycle),
+        }
+    }
+
+    /// Runs a pass every `--node-monitor-period` until `shutdown` is cancelled.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            synced = self.informers.wait_nodes_synced() => synced?,
+        }
+        let mut ticker = tokio::time::interval(
+            self.ctx
+                .config
+                .node_monitor_period
+                .max(Duration::from_millis(10)),
+        );
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            let pass = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                summary = self.monitor_nodes() => summary,
+            };
+            tracing::debug!(?pass, "node lifecycle pass finished");
+        }
+        self.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+        Ok(())
+    }
+
+    /// One pass over all nodes.
+    pub async fn monitor_nodes(&self) -> PassSummary {
+        let nodes = self.store.state();
+        let mut summary = PassSummary {
+            nodes: nodes.len(),
+            ..PassSummary::default()
+        };
+        let mut ready_tainted = Vec::new();
+        let mut not_ready = Vec::new();
+        for node in nodes.iter() {
+            if node.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if is_ready(node) {
+                if has_shutdown_taint(node) {
+                    ready_tainted.push(node.clone());
+                }
+            } else {
+                not_ready.push(node.clone());
+            }
+        }
+        summary.untainted = self.remove_shutdown_taints(&ready_tainted).await;
+        if not_ready.is_empty() {
+            return summary;
+        }
+        summary.checked = not_ready.len();
+        let states = instance_states(self.ctx.cloud.as_ref(), &not_ready).await;
+        let mut gone = Vec::new();
+        let mut stopped = Vec::new();
+        for (node, state) in not_ready.iter().zip(states) {
+            match state {
+                Ok(InstanceState::NotFound) => gone.push(node.clone()),
+                Ok(InstanceState::Shutdown) => {
+                    if !has_shutdown_taint(node) {
+                        stopped.push(node.clone());
+                    }
+                }
+                Ok(InstanceState::Running) => {}
+                Err(error) => {
+                    summary.errors += 1;
+                    tracing::warn!(node = %node.name_any(), %error, "could not check the node's instance; skipping it this pass");
+                }
+            }
+        }
+        summary.tainted = self.add_shutdown_taints(&stopped).await;
+        match deletion_guard(
+            gone.len(),
+            nodes.len(),
+            self.ctx.config.node_deletion_max_percent,
+        ) {
+            GuardDecision::Allow => {
+                summary.deleted = self.delete_nodes(&gone).await;
+            }
+            GuardDecision::Refuse { limit } => {
+                summary.guarded = gone.len();
+                self.ctx.metrics.node_lifecycle_deletion_guard_trips.inc();
+                let pct = self.ctx.config.node_deletion_max_percent;
+                let message = format!(
+                    "Refusing to delete {} of {} nodes whose instances the cloud reports gone: one pass may delete at most {}% ({} nodes, --node-deletion-max-percent); no node was deleted",
+                    gone.len(),
+                    nodes.len(),
+                    pct,
+                    limit
+                );
+                let mut names: Vec<String> = gone.iter().map(|n| n.name_any()).collect();
+                names.sort();
+                tracing::warn!(
+                    candidates = gone.len(),
+                    nodes = nodes.len(),
+                    max_percent = pct,
+                    limit,
+                    first = ?names.iter().take(10).collect::<Vec<_>>(),
+                    "node deletion guard tripped: {message}"
+                );
+                if let Some(first) = gone.iter().min_by_key(|n| n.name_any()) {
+                    self.recorder.publish(
+                        &object_ref(first.as_ref()),
+                        EventType::Warning,
+                        "DeletionGuardTripped",
+                        "DeleteNode",
+                        message,
+                    );
+                }
+            }
+        }
+        summary
+    }
+
+    async fn remove_shutdown_taints(&self, nodes: &[Arc<Node>]) -> usize {
+        let writes: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                let remaining: Vec<Taint> = taints(node)
+                    .iter()
+                    .filter(|t| t.key != TAINT_SHUTDOWN)
+                    .cloned()
+                    .collect();
+                self.patch_taints(node, remaining, "remove the shutdown taint")
+            })
+            .collect();
+        count_successes(writes).await
+    }
+
+    async fn add_shutdown_taints(&self, nodes: &[Arc<Node>]) -> usize {
+        let writes: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                let mut all = taints(node).to_vec();
+                all.push(Taint {
+                    key: TAINT_SHUTDOWN.to_string(),
+                    effect: "NoSchedule".to_string(),
+                    value: None,
+                    time_added: None,
+                });
+                self.patch_taints(node, all, "add the shutdown taint")
+            })
+            .collect();
+        count_successes(writes).await
+    }
+
+    async fn patch_taints(&self, node: &Node, taints: Vec<Taint>, what: &str) -> bool {
+        let name = node.name_any();
+        let patch = taints_patch(node, taints);
+        match self
+            .api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(node = %name, "{what}: done");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "could not {what}; next pass retries");
+                false
+            }
+        }
+    }
+
+    async fn delete_nodes(&self, nodes: &[Arc<Node>]) -> usize {
+        let deletes: Vec<_> = nodes.iter().map(|node| self.delete_node(node)).collect();
+        count_successes(deletes).await
+    }
+
+    async fn delete_node(&self, node: &Node) -> bool {
+        let name = node.name_any();
+        let reference = object_ref(node);
+        tracing::info!(node = %name, "deleting node since it is no longer present in the cloud provider");
+        self.recorder.publish(
+            &reference,
+            EventType::Normal,
+            "DeletingNode",
+            "DeleteNode",
+            format!("Deleting node {name} because it does not exist in the cloud provider"),
+        );
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: node.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(&name, &params).await {
+            Ok(_) => {
+                self.ctx.metrics.node_lifecycle_nodes_deleted.inc();
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tracing::debug!(node = %name, "node already gone");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "unable to delete node");
+                self.recorder.publish(
+                    &reference,
+                    EventType::Warning,
+                    "DeletingNodeFailed",
+                    "DeleteNode",
+                    format!("Error deleting node {name}: {error}"),
+                );
+                false
+            }
+        }
+    }
+}
+
+/// Runs the writes with bounded concurrency and counts the successful ones.
+async fn count_successes<F>(writes: Vec<F>) -> usize
+where
+    F: std::future::Future<Output = bool>,
+{
+    futures::stream::iter(writes)
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .filter(|ok| futures::future::ready(*ok))
+        .count()
+        .await
+}
+
+/// The cloud state of each node, in input order: bulk calls with `InstancesV2`, per-node v1 calls
+/// otherwise.
+pub async fn instance_states(
+    cloud: &dyn CloudProvider,
+    nodes: &[Arc<Node>],
+) -> Vec<Result<InstanceState, CloudError>> {
+    if let Some(v2) = cloud.instances_v2() {
+        let calls: Vec<_> = nodes
+            .chunks(STATE_CHUNK)
+            .map(|chunk| async move {
+                let owned: Vec<Node> = chunk.iter().map(|n| (**n).clone()).collect();
+                let mut states = v2.instance_states(&owned).await;
+                if states.len() != chunk.len() {
+                    let message = format!(
+                        "provider answered a bulk state request for {} nodes with {} results",
+                        chunk.len(),
+                        states.len()
+                    );
+                    states.truncate(chunk.len());
+                    while states.len() < chunk.len() {
+                        states.push(Err(CloudError::provider(message.clone())));
+                    }
+                }
+                states
+            })
+            .collect();
+        let chunks: Vec<Vec<Result<InstanceState, CloudError>>> = futures::stream::iter(calls)
+            .buffered(STATE_CONCURRENCY)
+            .collect()
+            .await;
+        return chunks.into_iter().flatten().collect();
+    }
+    if let Some(v1) = cloud.instances() {
+        let calls: Vec<_> = nodes.iter().map(|node| state_v1(cloud, v1, node)).collect();
+        return futures::stream::iter(calls)
+            .buffered(V1_CONCURRENCY)
+            .collect()
+            .await;
+    }
+    nodes
+        .iter()
+        .map(|_| Err(CloudError::NotImplemented))
+        .collect()
+}
+
+async fn state_v1(
+    cloud: &dyn CloudProvider,
+    v1: &dyn Instances,
+    node: &Node,
+) -> Result<InstanceState, CloudError> {
+    let provider_id = match node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .filter(|p| !p.is_empty())
+    {
+        Some(id) => id,
+        None => match v1.instance_id(&node.name_any()).await {
+            Ok(id) if id.contains("://") => id,
+            Ok(id) => format!("{}://{}", cloud.provider_name(), id),
+            Err(CloudError::InstanceNotFound) => return Ok(InstanceState::NotFound),
+            Err(e) => return Err(e),
+        },
+    };
+    if !v1.instance_exists_by_provider_id(&provider_id).await? {
+        return Ok(InstanceState::NotFound);
+    }
+    if v1.instance_shutdown_by_provider_id(&provider_id).await? {
+        Ok(InstanceState::Shutdown)
+    } else {
+        Ok(InstanceState::Running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+
+    #[test]
+    fn guard_arithmetic() {
+        assert_eq!(deletion_guard(0, 0, 50), GuardDecision::Allow);
+        assert_eq!(deletion_guard(0, 10, 0), GuardDecision::Allow);
+        assert_eq!(deletion_guard(5, 10, 50), GuardDecision::Allow);
+        assert_eq!(
+            deletion_guard(6, 10, 50),
+            GuardDecision::Refuse { limit: 5 }
+        );
+        assert_eq!(deletion_guard(1, 2, 50), GuardDecision::Allow);
+        assert_eq!(deletion_guard(1, 1, 50), GuardDecision::Refuse { limit: 0 });
+        assert_eq!(deletion_guard(1, 10, 0), GuardDecision::Refuse { limit: 0 });
+        assert_eq!(deletion_guard(10, 10, 100), GuardDecision::Allow);
+        assert_eq!(
+            deletion_guard(10, 10, 250),
+            GuardDecision::Allow,
+            "clamped to 100"
+        );
+        assert_eq!(
+            deletion_guard(3, 1000, 0),
+            GuardDecision::Refuse { limit: 0 }
+        );
+        assert_eq!(
+            deletion_guard(334, 1000, 33),
+            GuardDecision::Refuse { limit: 330 }
+        );
+    }
+
+    fn node(ready: Option<&str>, taints: Vec<Taint>) -> Node {
+        let mut n = Node::default();
+        n.metadata.resource_version = Some("9".into());
+        n.spec = Some(NodeSpec {
+            taints: Some(taints),
+            ..NodeSpec::default()
+        });
+        n.status = Some(NodeStatus {
+            conditions: ready.map(|s| {
+                vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: s.into(),
+                    ..NodeCondition::default()
+                }]
+            }),
+            ..NodeStatus::default()
+        });
+        n
+    }
+
+    #[test]
+    fn readiness_and_taints() {
+        let shutdown = Taint {
+            key: TAINT_SHUTDOWN.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        assert!(is_ready(&node(Some("True"), vec![])));
+        assert!(!is_ready(&node(Some("False"), vec![])));
+        assert!(!is_ready(&node(Some("Unknown"), vec![])));
+        assert!(!is_ready(&node(None, vec![])));
+        let n = node(Some("True"), vec![shutdown.clone()]);
+        assert!(has_shutdown_taint(&n));
+        let patch = taints_patch(&n, vec![]);
+        assert!(patch["spec"]["taints"].is_null());
+        assert_eq!(patch["metadata"]["resourceVersion"], "9");
+        let patch = taints_patch(&n, vec![shutdown]);
+        assert_eq!(patch["spec"]["taints"][0]["key"], TAINT_SHUTDOWN);
+        assert_eq!(patch["spec"]["taints"][0]["effect"], "NoSchedule");
+    }
+}

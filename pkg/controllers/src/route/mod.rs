@@ -1,0 +1,573 @@
+//! node-route-controller: cloud routes for the pod CIDRs of the nodes.
+//!
+//! Every `--route-reconciliation-period`, and shortly after a node's pod CIDRs or addresses change (bursts
+//! of changes coalesce into one pass), the controller lists the cloud's routes and plans one
+//! reconciliation (see [`plan::plan`]): a route per pod CIDR of every node (kept, updated when its target
+//! addresses changed, or added), and deletion of the routes inside the cluster CIDRs that are blackholes,
+//! target unknown nodes or carry a CIDR the node no longer has. At most [`MAX_CONCURRENT_ROUTE_OPS`] cloud
+//! route operations run at once. Afterwards each node's `NetworkUnavailable` condition says whether all of
+//! its routes exist (`RouteCreated` / `NoRouteCreated`); a failed creation is a `FailedToCreateRoute`
+//! Warning on the node.
+//!
+//! Unlike upstream, an empty node list never deletes routes: it is far more likely a transient view than a
+//! cluster without nodes, and deleting every route would cut the pod network.
+
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_provider::{CloudProvider, Route, Routes};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ControllerContext;
+use crate::error::ControllersError;
+use crate::events::{EventRecorder, EventType, object_ref};
+use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
+use crate::metrics::ControllerMetrics;
+use crate::names::ControllerName;
+
+use plan::{NodeRouting, RouteCreation, RouteOp, all_routes_created, validate_cluster_cidrs};
+
+/// Most cloud route operations in flight at once.
+pub const MAX_CONCURRENT_ROUTE_OPS: usize = 200;
+/// Node condition patches in flight at once.
+const MAX_CONCURRENT_CONDITION_PATCHES: usize = 32;
+/// How long a stopping controller waits for its events to be written.
+const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Quiet time after a node change before reconciling, so that bursts of changes coalesce.
+pub const NODE_CHANGE_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The node condition this controller owns.
+pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+/// Condition reason when every route of the node exists.
+pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
+/// Condition reason when a route of the node is missing.
+pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+/// Reason of the Warning emitted on a node whose route could not be created.
+pub const REASON_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
+
+/// The node-route-controller. Build it with [`NodeRouteController::new`] before the informers start, then
+/// [`NodeRouteController::run`] it.
+pub struct NodeRouteController {
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    cluster_name: String,
+    cluster_cidrs: Vec<IpNet>,
+    period: Duration,
+    recorder: EventRecorder,
+    metrics: ControllerMetrics,
+    nodes: Store<Node>,
+    informers: SharedInformers,
+    node_events: InformerEvents<Node>,
+}
+
+impl std::fmt::Debug for NodeRouteController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeRouteController")
+            .field("cluster_name", &self.cluster_name)
+            .field("cluster_cidrs", &self.cluster_cidrs)
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts of one reconciliation, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileSummary {
+    /// Routes created (including the second half of updates).
+    pub created: usize,
+    /// Route creations that failed.
+    pub create_failed: usize,
+    /// Routes deleted (including the first half of updates).
+    pub deleted: usize,
+    /// Route deletions that failed.
+    pub delete_failed: usize,
+    /// Deletions skipped because the node list was empty.
+    pub suppressed_deletions: usize,
+    /// Node conditions written.
+    pub conditions_patched: usize,
+}
+
+impl NodeRouteController {
+    /// Creates the controller and subscribes it to the shared node informer.
+    pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        NodeRouteController {
+            client: ctx.client.clone(),
+            cloud: ctx.cloud.clone(),
+            cluster_name: ctx.config.cluster_name.clone(),
+            cluster_cidrs: ctx.config.cluster_cidrs.clone(),
+            period: ctx.config.route_reconciliation_period,
+            recorder: ctx.recorder(ControllerName::NodeRoute),
+            metrics: ctx.metrics.clone(),
+            nodes: informers.nodes(),
+            informers: informers.clone(),
+            node_events: informers.node_events(),
+        }
+    }
+
+    /// Runs the controller until `shutdown` is cancelled. Fails at once when the cluster CIDRs are invalid
+    /// (none, more than two, or two of one family) or the provider has no route support.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
+        validate_cluster_cidrs(&self.cluster_cidrs)
+            .map_err(|e| ControllersError::Config(e.to_string()))?;
+        if self.cloud.routes().is_none() {
+            return Err(ControllersError::Config(format!(
+                "cloud provider {:?} does not support routes",
+                self.cloud.provider_name()
+            )));
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            result = self.informers.wait_nodes_synced() => result?,
+        }
+        let NodeRouteController {
+            client,
+            cloud,
+            cluster_name,
+            cluster_cidrs,
+            period,
+            recorder,
+            metrics,
+            nodes,
+            informers: _,
+            node_events,
+        } = self;
+        let reconciler = Reconciler {
+            client,
+            cloud,
+            cluster_name,
+            cluster_cidrs,
+            recorder,
+            metrics,
+            nodes,
+        };
+        let changed = Arc::new(Notify::new());
+        let watcher = tokio::spawn(watch_nodes(
+            reconciler.nodes.clone(),
+            node_events,
+            changed.clone(),
+            shutdown.clone(),
+        ));
+        let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+                _ = changed.notified() => {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(NODE_CHANGE_DEBOUNCE) => {}
+                    }
+                }
+            }
+            match reconciler.reconcile().await {
+                Ok(summary) => {
+                    tracing::debug!(controller = %ControllerName::NodeRoute, ?summary, "routes reconciled")
+                }
+                Err(error) => {
+                    tracing::warn!(controller = %ControllerName::NodeRoute, %error, "route reconciliation failed")
+                }
+            }
+        }
+        watcher.abort();
+        reconciler.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+        Ok(())
+    }
+}
+
+/// What of a Node matters to its routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeRouteView {
+    pod_cidrs: Vec<String>,
+    addresses: Vec<(String, String)>,
+}
+
+impl NodeRouteView {
+    fn of(node: &Node) -> Self {
+        let facts = NodeRouting::of(node);
+        NodeRouteView {
+            pod_cidrs: facts.pod_cidrs,
+            addresses: facts
+                .addresses
+                .into_iter()
+                .map(|a| (a.type_, a.address))
+                .collect(),
+        }
+    }
+}
+
+/// Signals `changed` whenever a node appears, disappears, or changes pod CIDRs or addresses. Status
+/// heartbeats and condition writes (including this controller's own) do not trigger a reconciliation.
+async fn watch_nodes(
+    store: Store<Node>,
+    mut events: InformerEvents<Node>,
+    changed: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let mut seen: HashMap<String, NodeRouteView> = HashMap::new();
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        let relevant = match event {
+            None => return,
+            Some(InformerEvent::Applied(node)) => {
+                let view = NodeRouteView::of(&node);
+                let name = node.metadata.name.clone().unwrap_or_default();
+                seen.insert(name, view.clone()) != Some(view)
+            }
+            Some(InformerEvent::Deleted(node)) => seen
+                .remove(node.metadata.name.as_deref().unwrap_or_default())
+                .is_some(),
+            Some(InformerEvent::Resynced) => {
+                let fresh: HashMap<String, NodeRouteView> = store
+                    .state()
+                    .iter()
+                    .map(|n| {
+                        (
+                            n.metadata.name.clone().unwrap_or_default(),
+                            NodeRouteView::of(n),
+                        )
+                    })
+                    .collect();
+                let differs = fresh != seen;
+                seen = fresh;
+                differs
+            }
+        };
+        if relevant {
+            changed.notify_one();
+        }
+    }
+}
+
+/// Why a reconciliation could not run.
+#[derive(Debug, thiserror::Error)]
+enum ReconcileError {
+    #[error("cloud provider does not support routes")]
+    NoRoutes,
+    #[error("listing routes of cluster {cluster:?} failed: {source}")]
+    List {
+        cluster: String,
+        #[source]
+        source: cloud_provider::CloudError,
+    },
+}
+
+struct Reconciler {
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    cluster_name: String,
+    cluster_cidrs: Vec<IpNet>,
+    recorder: EventRecorder,
+    metrics: ControllerMetrics,
+    nodes: Store<Node>,
+}
+
+impl Reconciler {
+    async fn reconcile(&self) -> Result<ReconcileSummary, ReconcileError> {
+        let routes_api = self.cloud.routes().ok_or(ReconcileError::NoRoutes)?;
+        let routes = routes_api
+            .list_routes(&self.cluster_name)
+            .await
+            .map_err(|source| ReconcileError::List {
+                cluster: self.cluster_name.clone(),
+                source,
+            })?;
+        // Read the nodes after listing routes, so a node created meanwhile is not mistaken for missing.
+        let nodes = self.nodes.state();
+        let facts: Vec<NodeRouting> = nodes.iter().map(|n| NodeRouting::of(n)).collect();
+        let plan = plan::plan(&facts, &routes, &self.cluster_cidrs);
+        self.metrics.route_sync.inc();
+        for name in &plan.unparsable {
+            tracing::warn!(route = %name, "ignoring cloud route with an unparsable destination CIDR");
+        }
+        if plan.suppressed_deletions > 0 {
+            tracing::warn!(
+                controller = %ControllerName::NodeRoute,
+                routes = plan.suppressed_deletions,
+                "the node list is empty; not deleting any route"
+            );
+        }
+        let by_name: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
+            .collect();
+
+        let node_cidrs = Mutex::new(plan.node_cidrs.clone());
+        let summary = Mutex::new(ReconcileSummary {
+            suppressed_deletions: plan.suppressed_deletions,
+            ..ReconcileSummary::default()
+        });
+        let slots = Semaphore::new(MAX_CONCURRENT_ROUTE_OPS);
+        let mut running: FuturesUnordered<_> = plan
+            .ops
+            .into_iter()
+            .map(|op| self.run_op(routes_api, op, &by_name, &node_cidrs, &summary, &slots))
+            .collect();
+        while running.next().await.is_some() {}
+        drop(running);
+
+        let node_cidrs = node_cidrs.into_inner();
+        let slots = Semaphore::new(MAX_CONCURRENT_CONDITION_PATCHES);
+        let mut patches: FuturesUnordered<_> = nodes
+            .iter()
+            .map(|node| {
+                let created = all_routes_created(
+                    node_cidrs.get(node.metadata.name.as_deref().unwrap_or_default()),
+                );
+                self.update_condition(node, created, &slots)
+            })
+            .collect();
+        let mut patched = 0;
+        while let Some(done) = patches.next().await {
+            patched += usize::from(done);
+        }
+        drop(patches);
+        let mut summary = summary.into_inner();
+        summary.conditions_patched = patched;
+        Ok(summary)
+    }
+
+    /// Runs one planned cloud operation once a slot is free.
+    async fn run_op(
+        &self,
+        routes: &dyn Routes,
+        op: RouteOp,
+        by_name: &HashMap<&str, &Arc<Node>>,
+        node_cidrs: &Mutex<BTreeMap<String, BTreeMap<String, bool>>>,
+        summary: &Mutex<ReconcileSummary>,
+        slots: &Semaphore,
+    ) {
+        let Ok(_slot) = slots.acquire().await else {
+            return;
+        };
+        match op {
+            RouteOp::Create(creation) => {
+                let node = by_name.get(creation.node.as_str()).copied();
+                if self.create(routes, &creation, node, summary).await {
+                    mark_created(node_cidrs, &creation);
+                }
+            }
+            RouteOp::Update { old, new } => {
+                if self.delete(routes, &old, summary).await {
+                    let node = by_name.get(new.node.as_str()).copied();
+                    if self.create(routes, &new, node, summary).await {
+                        mark_created(node_cidrs, &new);
+                    }
+                }
+            }
+            RouteOp::Delete(route) => {
+                self.delete(routes, &route, summary).await;
+            }
+        }
+    }
+
+    /// Creates one route; true on success. A failure is a `FailedToCreateRoute` Warning on the node.
+    async fn create(
+        &self,
+        routes: &dyn Routes,
+        creation: &RouteCreation,
+        node: Option<&Arc<Node>>,
+        summary: &Mutex<ReconcileSummary>,
+    ) -> bool {
+        let start = Instant::now();
+        let cidr = &creation.route.destination_cidr;
+        match routes
+            .create_route(&self.cluster_name, &creation.name_hint, &creation.route)
+            .await
+        {
+            Ok(()) => {
+                summary.lock().created += 1;
+                tracing::info!(node = %creation.node, %cidr, hint = %creation.name_hint,
+                    elapsed = ?start.elapsed(), "created route");
+                true
+            }
+            Err(error) => {
+                summary.lock().create_failed += 1;
+                let message = format!(
+                    "Could not create route {} {} for node {} after {:?}: {}",
+                    creation.name_hint,
+                    cidr,
+                    creation.node,
+                    start.elapsed(),
+                    error
+                );
+                tracing::warn!("{message}");
+                if let Some(node) = node {
+                    self.recorder.publish(
+                        &object_ref(node.as_ref()),
+                        EventType::Warning,
+                        REASON_FAILED_TO_CREATE_ROUTE,
+                        "CreateRoute",
+                        message,
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Deletes one route; true on success.
+    async fn delete(
+        &self,
+        routes: &dyn Routes,
+        route: &Route,
+        summary: &Mutex<ReconcileSummary>,
+    ) -> bool {
+        let start = Instant::now();
+        match routes.delete_route(&self.cluster_name, route).await {
+            Ok(()) => {
+                summary.lock().deleted += 1;
+                tracing::info!(route = %route.name, cidr = %route.destination_cidr,
+                    node = %route.target_node, elapsed = ?start.elapsed(), "deleted route");
+                true
+            }
+            Err(error) => {
+                summary.lock().delete_failed += 1;
+                tracing::warn!(route = %route.name, cidr = %route.destination_cidr,
+                    node = %route.target_node, %error, "could not delete route");
+                false
+            }
+        }
+    }
+
+    /// Sets the node's `NetworkUnavailable` condition when it does not already say the right thing; true
+    /// when a patch was written.
+    async fn update_condition(&self, node: &Node, routes_created: bool, slots: &Semaphore) -> bool {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let wanted = if routes_created { "False" } else { "True" };
+        let current = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NETWORK_UNAVAILABLE));
+        if current.is_some_and(|c| c.status == wanted) {
+            return false;
+        }
+        let Ok(_slot) = slots.acquire().await else {
+            return false;
+        };
+        let condition = network_condition(routes_created, Timestamp::now());
+        let patch = json!({ "status": { "conditions": [condition] } });
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(node = %name, network_unavailable = !routes_created,
+                    "updated NetworkUnavailable condition");
+                true
+            }
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "could not update the NetworkUnavailable condition");
+                false
+            }
+        }
+    }
+}
+
+fn mark_created(
+    node_cidrs: &Mutex<BTreeMap<String, BTreeMap<String, bool>>>,
+    creation: &RouteCreation,
+) {
+    if let Some(cidrs) = node_cidrs.lock().get_mut(&creation.node) {
+        cidrs.insert(creation.route.destination_cidr.clone(), true);
+    }
+}
+
+/// The `NetworkUnavailable` condition this controller writes.
+pub fn network_condition(routes_created: bool, now: Timestamp) -> NodeCondition {
+    let (status, reason, message) = if routes_created {
+        (
+            "False",
+            REASON_ROUTE_CREATED,
+            "RouteController created a route",
+        )
+    } else {
+        (
+            "True",
+            REASON_NO_ROUTE_CREATED,
+            "RouteController failed to create a route",
+        )
+    };
+    NodeCondition {
+        type_: CONDITION_NETWORK_UNAVAILABLE.to_string(),
+        status: status.to_string(),
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        last_transition_time: Some(Time(now)),
+        last_heartbeat_time: Some(Time(now)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_static<T: Send + 'static>(_: &T) {}
+
+    /// Compiles only while `run` can be spawned (run_controllers boxes it as a `Send` future).
+    #[allow(dead_code)]
+    fn run_future_is_send(controller: NodeRouteController) {
+        let future = controller.run(CancellationToken::new());
+        assert_send_static(&future);
+    }
+
+    #[test]
+    fn condition_shapes() {
+        let now = Timestamp::UNIX_EPOCH;
+        let ok = network_condition(true, now);
+        assert_eq!(ok.type_, "NetworkUnavailable");
+        assert_eq!(ok.status, "False");
+        assert_eq!(ok.reason.as_deref(), Some("RouteCreated"));
+        assert_eq!(
+            ok.message.as_deref(),
+            Some("RouteController created a route")
+        );
+        let bad = network_condition(false, now);
+        assert_eq!(bad.status, "True");
+        assert_eq!(bad.reason.as_deref(), Some("NoRouteCreated"));
+        assert_eq!(
+            bad.message.as_deref(),
+            Some("RouteController failed to create a route")
+        );
+        let value = serde_json::to_value(&bad).unwrap();
+        assert_eq!(value["lastTransitionTime"], "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn node_views_ignore_heartbeats() {
+        let mut node = Node::default();
+        node.metadata.name = Some("n".into());
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
+            ..Default::default()
+        });
+        let before = NodeRouteView::of(&node);
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![network_condition(true, Timestamp::UNIX_EPOCH)]),
+            ..Default::default()
+        });
+        assert_eq!(before, NodeRouteView::of(&node));
+        node.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.244.2.0/24".into()]);
+        assert_ne!(before, NodeRouteView::of(&node));
+    }
+}

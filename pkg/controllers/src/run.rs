@@ -1,0 +1,168 @@
+//! Starting the enabled controllers over shared informers, in deterministic order, and stopping them.
+
+use futures::future::BoxFuture;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ControllerContext;
+use crate::error::ControllersError;
+use crate::informers::SharedInformers;
+use crate::names::ControllerName;
+
+/// A constructed controller, ready to run.
+type Runner =
+    Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), ControllersError>> + Send>;
+
+/// Why a controller is not started, or `None` when it can run with this provider and configuration.
+pub(crate) fn skip_reason(ctx: &ControllerContext, name: ControllerName) -> Option<String> {
+    let cloud = &ctx.cloud;
+    match name {
+        ControllerName::CloudNode | ControllerName::CloudNodeLifecycle => {
+            (cloud.instances_v2().is_none() && cloud.instances().is_none()).then(|| {
+                format!(
+                    "cloud provider {:?} supports neither InstancesV2 nor Instances",
+                    cloud.provider_name()
+                )
+            })
+        }
+        ControllerName::ServiceLb => cloud.load_balancer().is_none().then(|| {
+            format!(
+                "cloud provider {:?} does not support load balancers",
+                cloud.provider_name()
+            )
+        }),
+        ControllerName::NodeRoute => {
+            if !ctx.config.configure_cloud_routes {
+                Some("--configure-cloud-routes is false".to_string())
+            } else if cloud.routes().is_none() {
+                Some(format!(
+                    "cloud provider {:?} does not support routes",
+                    cloud.provider_name()
+                ))
+            } else if ctx.config.cluster_cidrs.is_empty() {
+                Some("no --cluster-cidr is set".to_string())
+            } else {
+                None
+            }
+        }
+        ControllerName::PvLabel => cloud.pv_labeler().is_none().then(|| {
+            format!(
+                "cloud provider {:?} does not label volumes",
+                cloud.provider_name()
+            )
+        }),
+    }
+}
+
+fn build(ctx: &ControllerContext, informers: &SharedInformers, name: ControllerName) -> Runner {
+    match name {
+        ControllerName::CloudNode => {
+            let c = crate::node::CloudNodeController::new(ctx, informers);
+            Box::new(move |token| Box::pin(c.run(token)))
+        }
+        ControllerName::CloudNodeLifecycle => {
+            let c = crate::node_lifecycle::CloudNodeLifecycleController::new(ctx, informers);
+            Box::new(move |token| Box::pin(c.run(token)))
+        }
+        ControllerName::ServiceLb => {
+            let c = crate::service::ServiceLbController::new(ctx, informers);
+            Box::new(move |token| Box::pin(c.run(token)))
+        }
+        ControllerName::NodeRoute => {
+            let c = crate::route::NodeRouteController::new(ctx, informers);
+            Box::new(move |token| Box::pin(c.run(token)))
+        }
+        ControllerName::PvLabel => {
+            let c = crate::pv_label::PvLabelController::new(ctx, informers);
+            Box::new(move |token| Box::pin(c.run(token)))
+        }
+    }
+}
+
+/// Runs the `enabled` controllers until `shutdown` is cancelled.
+///
+/// Builds the shared informers, constructs every enabled controller that can run (in
+/// [`ControllerName::ALL`] order; the others are skipped with an info log saying why), starts the
+/// informers (one watch per resource type the started controllers need), then starts the controllers in
+/// order, registering each one's health check as it starts. Returns once `shutdown` is cancelled and every
+/// controller has stopped; the error is the first controller failure, if any. A failed controller marks
+/// its health check failed and does not stop the others.
+pub async fn run_controllers(
+    ctx: ControllerContext,
+    enabled: &[ControllerName],
+    shutdown: CancellationToken,
+) -> Result<(), ControllersError> {
+    let informers = SharedInformers::new(ctx.client.clone());
+    let mut runners = Vec::new();
+    for name in ControllerName::ALL {
+        if !enabled.contains(&name) {
+            tracing::info!(controller = %name, "controller disabled");
+            continue;
+        }
+        if let Some(reason) = skip_reason(&ctx, name) {
+            tracing::info!(controller = %name, %reason, "not starting controller");
+            continue;
+        }
+        runners.push((name, build(&ctx, &informers, name)));
+    }
+    let informer_token = shutdown.child_token();
+    let informer_tasks = informers.start(&informer_token);
+
+    let mut tasks = JoinSet::new();
+    let mut names = std::collections::HashMap::new();
+    for (name, runner) in runners {
+        let health = ctx.health.register(name.canonical());
+        let health_for_panics = health.clone();
+        let token = shutdown.child_token();
+        tracing::info!(controller = %name, "starting controller");
+        let handle = tasks.spawn(async move {
+            let result = runner(token).await;
+            match &result {
+                Ok(()) => tracing::info!(controller = %name, "controller stopped"),
+                Err(e) => {
+                    tracing::error!(controller = %name, error = %e, "controller failed");
+                    health.set_failed(e.to_string());
+                }
+            }
+            result
+        });
+        names.insert(handle.id(), (name, health_for_panics));
+    }
+
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next_with_id().await {
+        let err = match joined {
+            Ok((_, Ok(()))) => None,
+            Ok((_, Err(e))) => Some(e),
+            Err(join_error) => {
+                let message = format!("controller task ended abnormally: {join_error}");
+                let name = match names.get(&join_error.id()) {
+                    Some((name, health)) => {
+                        health.set_failed(message.clone());
+                        name.canonical()
+                    }
+                    None => "unknown",
+                };
+                tracing::error!(controller = name, %message);
+                Some(ControllersError::Controller {
+                    name: name.to_string(),
+                    message,
+                })
+            }
+        };
+        if first_error.is_none() {
+            first_error = err;
+        }
+    }
+    // Controllers only stop on shutdown; one that failed early stays reported unhealthy until then.
+    shutdown.cancelled().await;
+    // Every controller has stopped: stop the watches too.
+    informer_token.cancel();
+    for task in informer_tasks {
+        let _ = task.await;
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,981 @@
+//! service-lb-controller: cloud load balancers for `type: LoadBalancer` Services.
+//!
+//! The controller keeps one cloud load balancer per Service that wants one (`type: LoadBalancer` without
+//! `spec.loadBalancerClass`):
+//!
+//! - **Ensure**: the finalizer `service.kubernetes.io/load-balancer-cleanup` is added (through
+//!   `services/status`) *before* the cloud is called, so a Service can never disappear while its load
+//!   balancer still exists; then `EnsureLoadBalancer` with the current load-balancer nodes, and the ingress
+//!   is written to `services/status` only when it changed. Events `EnsuringLoadBalancer`,
+//!   `EnsuredLoadBalancer`, `SyncLoadBalancerFailed`, `UnAvailableLoadBalancer`.
+//! - **Delete**: a Service being deleted, changed away from `type: LoadBalancer`, or given a class gets its
+//!   load balancer deleted, its status cleared and the finalizer removed. A Service recreated under the same
+//!   name (a new UID) first has the old Service's load balancer deleted. Events `DeletingLoadBalancer`,
+//!   `DeletedLoadBalancer`, `DeleteLoadBalancerFailed`.
+//! - **Node sync**: when the set of load-balancer nodes changes (by name and provider ID; see
+//!   [`predicates::is_load_balancer_node`]), every load balancer gets `UpdateLoadBalancer` with the new
+//!   hosts. Events `UpdatedLoadBalancer`, `UpdateLoadBalancerFailed`, `UnAvailableLoadBalancer`.
+//!
+//! Failures are retried per Service: a cloud [`CloudError::Retry`] exactly after its delay, anything else
+//! with exponential backoff from 5 s to 300 s. `--concurrent-service-syncs` workers process Services; one
+//! Service is never synced by two workers, nor synced and host-updated at the same time.
+
+pub mod predicates;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
+use cloud_provider::{CloudError, CloudProvider, LoadBalancer};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use parking_lot::{Mutex, RwLock};
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::ControllerContext;
+use crate::error::ControllersError;
+use crate::events::{EventRecorder, EventType, object_ref};
+use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
+use crate::metrics::ControllerMetrics;
+use crate::names::ControllerName;
+use crate::workqueue::WorkQueue;
+
+use predicates::{
+    NodeSetKey, SyncFingerprint, current_status, has_cleanup_finalizer, load_balancer_nodes,
+    load_balancer_status_equal, should_delete, should_enqueue, wants_load_balancer,
+};
+
+/// Delay before the first retry of a failed sync.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Longest delay between retries of a failing sync.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+/// How long a stopping controller waits for its events to be written.
+const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// At most this many node names are listed in an `UpdateLoadBalancerFailed` event.
+const EVENT_NODE_NAMES: usize = 5;
+
+/// Reason of the event emitted when a sync starts ensuring a load balancer.
+pub const REASON_ENSURING: &str = "EnsuringLoadBalancer";
+/// Reason of the event emitted when a load balancer was ensured.
+pub const REASON_ENSURED: &str = "EnsuredLoadBalancer";
+/// Reason of the Warning emitted when a sync failed.
+pub const REASON_SYNC_FAILED: &str = "SyncLoadBalancerFailed";
+/// Reason of the event emitted before a load balancer is deleted.
+pub const REASON_DELETING: &str = "DeletingLoadBalancer";
+/// Reason of the event emitted once a load balancer is deleted.
+pub const REASON_DELETED: &str = "DeletedLoadBalancer";
+/// Reason of the Warning emitted when deleting a load balancer failed.
+pub const REASON_DELETE_FAILED: &str = "DeleteLoadBalancerFailed";
+/// Reason of the event emitted when a load balancer's hosts were updated.
+pub const REASON_UPDATED: &str = "UpdatedLoadBalancer";
+/// Reason of the Warning emitted when updating a load balancer's hosts failed.
+pub const REASON_UPDATE_FAILED: &str = "UpdateLoadBalancerFailed";
+/// Reason of the Warning emitted when a load balancer has no node to send traffic to.
+pub const REASON_UNAVAILABLE: &str = "UnAvailableLoadBalancer";
+
+const ACTION_ENSURE: &str = "EnsureLoadBalancer";
+const ACTION_DELETE: &str = "DeleteLoadBalancer";
+const ACTION_UPDATE: &str = "UpdateLoadBalancer";
+
+/// A failed sync of one Service.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct SyncError {
+    message: String,
+    /// Set when the cloud asked for a retry after a fixed delay.
+    retry_after: Option<Duration>,
+}
+
+impl SyncError {
+    fn new(message: String, retry_after: Option<Duration>) -> Self {
+        SyncError {
+            message,
+            retry_after,
+        }
+    }
+}
+
+/// What a sync did with the Service's load balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operation {
+    Ensured,
+    Deleted,
+}
+
+/// The service-lb-controller. Build it with [`ServiceLbController::new`] before the informers start, then
+/// [`ServiceLbController::run`] it.
+pub struct ServiceLbController {
+    shared: Arc<Shared>,
+    informers: SharedInformers,
+    service_events: InformerEvents<Service>,
+    node_events: InformerEvents<Node>,
+}
+
+impl std::fmt::Debug for ServiceLbController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceLbController")
+            .field("cluster_name", &self.shared.cluster_name)
+            .field("workers", &self.shared.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    client: kube::Client,
+    cloud: Arc<dyn CloudProvider>,
+    cluster_name: String,
+    workers: usize,
+    recorder: EventRecorder,
+    metrics: ControllerMetrics,
+    services: Store<Service>,
+    nodes: Store<Node>,
+    queue: WorkQueue<String>,
+    /// The last state of every Service whose load balancer this controller manages, by `namespace/name`:
+    /// what to clean up when the Service disappears or is recreated with another UID.
+    cache: Mutex<HashMap<String, Arc<Service>>>,
+    /// Per-Service locks serializing syncs and host updates of the same Service.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The current load-balancer nodes.
+    hosts: RwLock<Arc<Vec<Node>>>,
+}
+
+/// `namespace/name` of a Service.
+fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+impl ServiceLbController {
+    /// Creates the controller and subscribes it to the shared node and service informers.
+    pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let shared = Shared {
+            client: ctx.client.clone(),
+            cloud: ctx.cloud.clone(),
+            cluster_name: ctx.config.cluster_name.clone(),
+            workers: ctx.config.concurrent_service_syncs.max(1),
+            recorder: ctx.recorder(ControllerName::ServiceLb),
+            metrics: ctx.metrics.clone(),
+            services: informers.services(),
+            nodes: informers.nodes(),
+            queue: WorkQueue::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY),
+            cache: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            hosts: RwLock::new(Arc::new(Vec::new())),
+        };
+        ServiceLbController {
+            shared: Arc::new(shared),
+            informers: informers.clone(),
+            service_events: informers.service_events(),
+            node_events: informers.node_events(),
+        }
+    }
+
+    /// Replaces the retry backoff of failed syncs (default [`MIN_RETRY_DELAY`] to [`MAX_RETRY_DELAY`], as
+    /// upstream). Cloud `Retry` errors keep their own delay.
+    pub fn with_retry_delays(mut self, min: Duration, max: Duration) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.queue = WorkQueue::new(min, max.max(min));
+        }
+        self
+    }
+
+    /// Runs the controller until `shutdown` is cancelled. Waits for the node and service informers to list
+    /// everything first. Fails when the provider has no load-balancer support or an informer stops early.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
+        let ServiceLbController {
+            shared,
+            informers,
+            service_events,
+            node_events,
+        } = self;
+        if shared.cloud.load_balancer().is_none() {
+            return Err(ControllersError::Config(format!(
+                "cloud provider {:?} does not support load balancers",
+                shared.cloud.provider_name()
+            )));
+        }
+        let synced = async {
+            informers.wait_nodes_synced().await?;
+            informers.wait_services_synced().await
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            result = synced => result?,
+        }
+        let initial = shared.refresh_hosts();
+        tracing::info!(
+            controller = %ControllerName::ServiceLb,
+            workers = shared.workers,
+            hosts = shared.hosts.read().len(),
+            "caches synced; starting workers"
+        );
+
+        let mut tasks = JoinSet::new();
+        tasks.spawn(watch_services(
+            shared.clone(),
+            service_events,
+            shutdown.clone(),
+        ));
+        tasks.spawn(watch_nodes(
+            shared.clone(),
+            node_events,
+            initial,
+            shutdown.clone(),
+        ));
+        for _ in 0..shared.workers {
+            tasks.spawn(worker(shared.clone()));
+        }
+        shutdown.cancelled().await;
+        shared.queue.shut_down();
+        let mut failure = None;
+        while let Some(joined) = tasks.join_next().await {
+            if let Err(error) = joined
+                && failure.is_none()
+            {
+                failure = Some(ControllersError::Controller {
+                    name: ControllerName::ServiceLb.canonical().to_string(),
+                    message: format!("task failed: {error}"),
+                });
+            }
+        }
+        shared.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Turns service notifications into queued keys: new LoadBalancer Services, changes that matter to the load
+/// balancer, cleanups and deletions.
+async fn watch_services(
+    shared: Arc<Shared>,
+    mut events: InformerEvents<Service>,
+    shutdown: CancellationToken,
+) {
+    let mut seen: HashMap<String, SyncFingerprint> = HashMap::new();
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        match event {
+            None => return,
+            Some(InformerEvent::Applied(service)) => shared.observe(&mut seen, &service),
+            Some(InformerEvent::Deleted(service)) => {
+                let key = service_key(&service);
+                seen.remove(&key);
+                shared.queue.add(key);
+            }
+            Some(InformerEvent::Resynced) => {
+                let current = shared.services.state();
+                let present: HashSet<String> = current.iter().map(|s| service_key(s)).collect();
+                for service in &current {
+                    shared.observe(&mut seen, service);
+                }
+                // Services that vanished while the watch was down.
+                let gone: Vec<String> = seen
+                    .keys()
+                    .filter(|k| !present.contains(*k))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    seen.remove(&key);
+                    shared.queue.add(key);
+                }
+                let cached: Vec<String> = shared.cache.lock().keys().cloned().collect();
+                for key in cached {
+                    if !present.contains(&key) {
+                        shared.queue.add(key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the load-balancer node set current and updates every load balancer when it changes.
+async fn watch_nodes(
+    shared: Arc<Shared>,
+    mut events: InformerEvents<Node>,
+    mut synced: NodeSetKey,
+    shutdown: CancellationToken,
+) {
+    let mut seen: HashMap<String, NodeView> = shared
+        .nodes
+        .state()
+        .iter()
+        .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+        .collect();
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        let Some(event) = event else { return };
+        let mut changed = apply_node_event(&shared, &mut seen, event);
+        // Coalesce everything that is already waiting.
+        while let Ok(event) = events.try_recv() {
+            changed |= apply_node_event(&shared, &mut seen, event);
+        }
+        if changed {
+            let current = shared.refresh_hosts();
+            if current != synced {
+                synced = current;
+                shared.node_sync(&shutdown).await;
+            }
+        }
+    }
+}
+
+/// What of a Node matters to load balancers.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeView {
+    eligible: bool,
+    provider_id: Option<String>,
+    addresses: Option<Vec<k8s_openapi::api::core::v1::NodeAddress>>,
+}
+
+impl NodeView {
+    fn of(node: &Node) -> Self {
+        NodeView {
+            eligible: predicates::is_load_balancer_node(node),
+            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+            addresses: node.status.as_ref().and_then(|s| s.addresses.clone()),
+        }
+    }
+}
+
+/// Records a node notification; true when the load-balancer view of the nodes changed.
+fn apply_node_event(
+    shared: &Shared,
+    seen: &mut HashMap<String, NodeView>,
+    event: InformerEvent<Node>,
+) -> bool {
+    match event {
+        InformerEvent::Applied(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let view = NodeView::of(&node);
+            seen.insert(name, view.clone()) != Some(view)
+        }
+        InformerEvent::Deleted(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            seen.remove(&name).is_some()
+        }
+        InformerEvent::Resynced => {
+            let fresh: HashMap<String, NodeView> = shared
+                .nodes
+                .state()
+                .iter()
+                .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+                .collect();
+            let changed = fresh != *seen;
+            *seen = fresh;
+            changed
+        }
+    }
+}
+
+async fn worker(shared: Arc<Shared>) {
+    while let Some(key) = shared.queue.next().await {
+        match shared.sync(&key).await {
+            Ok(()) => shared.queue.forget(&key),
+            Err(error) => match error.retry_after {
+                Some(delay) => {
+                    tracing::info!(service = %key, %error, ?delay, "cloud asked to retry the load balancer sync later");
+                    shared.queue.add_after(key.clone(), delay);
+                }
+                None => {
+                    let delay = shared.queue.add_rate_limited(key.clone(), None);
+                    tracing::warn!(service = %key, %error, ?delay, "load balancer sync failed; retrying with backoff");
+                }
+            },
+        }
+        shared.queue.done(&key);
+    }
+}
+
+impl Shared {
+    fn balancer(&self) -> Result<&dyn LoadBalancer, SyncError> {
+        self.cloud.load_balancer().ok_or_else(|| {
+            SyncError::new(
+                format!(
+                    "cloud provider {:?} does not support load balancers",
+                    self.cloud.provider_name()
+                ),
+                None,
+            )
+        })
+    }
+
+    fn publish(
+        &self,
+        service: &Service,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        self.recorder
+            .publish(&object_ref(service), type_, reason, action, note);
+    }
+
+    /// Queues the Service when the notification matters to its load balancer.
+    fn observe(&self, seen: &mut HashMap<String, SyncFingerprint>, service: &Service) {
+        let key = service_key(service);
+        if should_enqueue(seen.get(&key), service) {
+            self.queue.add(key.clone());
+        }
+        seen.insert(key, SyncFingerprint::of(service));
+    }
+
+    /// Recomputes the load-balancer nodes from the node store; returns the identity of the new set.
+    fn refresh_hosts(&self) -> NodeSetKey {
+        let nodes = self.nodes.state();
+        let hosts = load_balancer_nodes(nodes.iter().map(|n| n.as_ref()));
+        let key = NodeSetKey::of(&hosts);
+        *self.hosts.write() = Arc::new(hosts);
+        key
+    }
+
+    fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Drops the lock of a Service this controller no longer tracks (when nobody else holds it).
+    fn release_key_lock(&self, key: &str, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut locks = self.locks.lock();
+        // Two references: the map's and ours.
+        if Arc::strong_count(&lock) <= 2 && !self.cache.lock().contains_key(key) {
+            locks.remove(key);
+        }
+    }
+
+    /// Syncs one Service by key.
+    async fn sync(&self, key: &str) -> Result<(), SyncError> {
+        let lock = self.key_lock(key);
+        let result = {
+            let _guard = lock.lock().await;
+            let (namespace, name) = split_key(key);
+            match self.services.get(&ObjectRef::new(name).within(namespace)) {
+                None => self.process_deletion(key).await,
+                Some(service) => self.process_create_or_update(key, service).await,
+            }
+        };
+        self.release_key_lock(key, lock);
+        result
+    }
+
+    /// The Service is gone: delete the load balancer of its last known state.
+    async fn process_deletion(&self, key: &str) -> Result<(), SyncError> {
+        let cached = self.cache.lock().get(key).cloned();
+        let Some(cached) = cached else {
+            return Ok(());
+        };
+        tracing::info!(service = %key, "service was deleted; cleaning up its load balancer");
+        self.delete_load_balancer_of(&cached).await?;
+        self.cache.lock().remove(key);
+        Ok(())
+    }
+
+    async fn process_create_or_update(
+        &self,
+        key: &str,
+        service: Arc<Service>,
+    ) -> Result<(), SyncError> {
+        let previous = self.cache.lock().get(key).cloned();
+        if let Some(previous) = previous
+            && previous.metadata.uid != service.metadata.uid
+        {
+            // Deleted and recreated under the same name: the old load balancer belongs to the old UID.
+            tracing::info!(service = %key, old_uid = ?previous.metadata.uid, new_uid = ?service.metadata.uid,
+                "service was recreated; cleaning up the previous load balancer");
+            self.delete_load_balancer_of(&previous).await?;
+        }
+        self.cache.lock().insert(key.to_string(), service.clone());
+        if self.sync_load_balancer(&service).await? == Operation::Deleted {
+            self.cache.lock().remove(key);
+        }
+        Ok(())
+    }
+
+    /// Deletes the load balancer of a Service that no longer exists in this form (deleted, or replaced by
+    /// a Service with another UID).
+    async fn delete_load_balancer_of(&self, service: &Service) -> Result<(), SyncError> {
+        if !wants_load_balancer(service) {
+            return Ok(());
+        }
+        let balancer = self.balancer()?;
+        self.publish(
+            service,
+            EventType::Normal,
+            REASON_DELETING,
+            ACTION_DELETE,
+            "Deleting load balancer".into(),
+        );
+        match balancer
+            .ensure_load_balancer_deleted(&self.cluster_name, service)
+            .await
+        {
+            Ok(()) => {}
+            Err(CloudError::ImplementedElsewhere) => {}
+            Err(error) => return Err(self.delete_failed(service, error)),
+        }
+        self.publish(
+            service,
+            EventType::Normal,
+            REASON_DELETED,
+            ACTION_DELETE,
+            "Deleted load balancer".into(),
+        );
+        Ok(())
+    }
+
+    fn delete_failed(&self, service: &Service, error: CloudError) -> SyncError {
+        let retry_after = error.retry_after();
+        if retry_after.is_none() {
+            self.publish(
+                service,
+                EventType::Warning,
+                REASON_DELETE_FAILED,
+                ACTION_DELETE,
+                format!("Error deleting load balancer: {error}"),
+            );
+        }
+        SyncError::new(
+            format!("failed to delete load balancer: {error}"),
+            retry_after,
+        )
+    }
+
+    /// A failed ensure-side step: a `SyncLoadBalancerFailed` Warning (except for cloud-requested retries).
+    fn sync_failed(
+        &self,
+        service: &Service,
+        message: String,
+        retry_after: Option<Duration>,
+    ) -> SyncError {
+        if retry_after.is_none() {
+            self.publish(
+                service,
+                EventType::Warning,
+                REASON_SYNC_FAILED,
+                ACTION_ENSURE,
+                format!("Error syncing load balancer: {message}"),
+            );
+        }
+        SyncError::new(message, retry_after)
+    }
+
+    async fn sync_load_balancer(&self, service: &Arc<Service>) -> Result<Operation, SyncError> {
+        if should_delete(service) || service.metadata.deletion_timestamp.is_some() {
+            self.cleanup(service).await?;
+            Ok(Operation::Deleted)
+        } else {
+            self.ensure(service).await?;
+            Ok(Operation::Ensured)
+        }
+    }
+
+    /// Deletion flow: delete the load balancer when it exists, clear the status, release the finalizer.
+    async fn cleanup(&self, service: &Service) -> Result<(), SyncError> {
+        let balancer = self.balancer()?;
+        let existing = balancer
+            .get_load_balancer(&self.cluster_name, service)
+            .await
+            .map_err(|e| {
+                let retry = e.retry_after();
+                self.sync_failed(
+                    service,
+                    format!("failed to check if load balancer exists before cleanup: {e}"),
+                    retry,
+                )
+            })?;
+        let mut acted = false;
+        if existing.is_some() {
+            self.publish(
+                service,
+                EventType::Normal,
+                REASON_DELETING,
+                ACTION_DELETE,
+                "Deleting load balancer".into(),
+            );
+            match balancer
+                .ensure_load_balancer_deleted(&self.cluster_name, service)
+                .await
+            {
+                Ok(()) => acted = true,
+                Err(CloudError::ImplementedElsewhere) => {
+                    tracing::info!(service = %service_key(service),
+                        "load balancer is implemented by another controller; not deleting it");
+                }
+                Err(error) => return Err(self.delete_failed(service, error)),
+            }
+        }
+        let deleting = service.metadata.deletion_timestamp.is_some();
+        if !deleting
+            && !current_status(service)
+                .ingress
+                .unwrap_or_default()
+                .is_empty()
+        {
+            self.patch_status(service, &LoadBalancerStatus::default())
+                .await
+                .map_err(|e| {
+                    self.sync_failed(
+                        service,
+                        format!("failed to clear load balancer status: {e}"),
+                        None,
+                    )
+                })?;
+        }
+        if has_cleanup_finalizer(service) {
+            self.remove_finalizer(service).await.map_err(|e| {
+                self.sync_failed(
+                    service,
+                    format!("failed to remove load balancer cleanup finalizer: {e}"),
+                    None,
+                )
+            })?;
+            acted = true;
+        }
+        if acted {
+            self.publish(
+                service,
+                EventType::Normal,
+                REASON_DELETED,
+                ACTION_DELETE,
+                "Deleted load balancer".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Ensure flow: finalizer first, then the cloud, then the status when it changed.
+    async fn ensure(&self, service: &Arc<Service>) -> Result<(), SyncError> {
+        let balancer = self.balancer()?;
+        self.publish(
+            service,
+            EventType::Normal,
+            REASON_ENSURING,
+            ACTION_ENSURE,
+            "Ensuring load balancer".into(),
+        );
+        let service: Arc<Service> = if has_cleanup_finalizer(service) {
+            service.clone()
+        } else {
+            let updated = self.add_finalizer(service).await.map_err(|e| {
+                self.sync_failed(
+                    service,
+                    format!("failed to add load balancer cleanup finalizer: {e}"),
+                    None,
+                )
+            })?;
+            Arc::new(updated)
+        };
+        let hosts = self.hosts.read().clone();
+        if hosts.is_empty() {
+            self.publish(
+                &service,
+                EventType::Warning,
+                REASON_UNAVAILABLE,
+                ACTION_ENSURE,
+                "There are no available nodes for LoadBalancer".into(),
+            );
+        }
+        let status = match balancer
+            .ensure_load_balancer(&self.cluster_name, &service, &hosts)
+            .await
+        {
+            Ok(status) => status,
+            Err(CloudError::ImplementedElsewhere) => {
+                tracing::debug!(service = %service_key(&service),
+                    "load balancer is implemented by another controller");
+                return Ok(());
+            }
+            Err(error) => {
+                let retry = error.retry_after();
+                return Err(self.sync_failed(
+                    &service,
+                    format!("failed to ensure load balancer: {error}"),
+                    retry,
+                ));
+            }
+        };
+        self.metrics.service_loadbalancer_sync.inc();
+        self.publish(
+            &service,
+            EventType::Normal,
+            REASON_ENSURED,
+            ACTION_ENSURE,
+            "Ensured load balancer".into(),
+        );
+        if !load_balancer_status_equal(&current_status(&service), &status) {
+            self.patch_status(&service, &status).await.map_err(|e| {
+                self.sync_failed(
+                    &service,
+                    format!("failed to update load balancer status: {e}"),
+                    None,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn api(&self, service: &Service) -> Api<Service> {
+        Api::namespaced(
+            self.client.clone(),
+            service.metadata.namespace.as_deref().unwrap_or("default"),
+        )
+    }
+
+    fn name(service: &Service) -> &str {
+        service.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Adds the cleanup finalizer through `services/status` (a strategic merge: finalizers are a set).
+    async fn add_finalizer(&self, service: &Service) -> Result<Service, kube::Error> {
+        let patch = json!({ "metadata": { "finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] } });
+        self.api(service)
+            .patch_status(
+                Self::name(service),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+    }
+
+    /// Removes the cleanup finalizer through `services/status`. A Service that is already gone is fine.
+    async fn remove_finalizer(&self, service: &Service) -> Result<(), kube::Error> {
+        let patch = json!({
+            "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] }
+        });
+        let result = self
+            .api(service)
+            .patch_status(
+                Self::name(service),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await;
+        ignore_not_found(result)
+    }
+
+    /// Writes the load-balancer status (the ingress list is replaced whole). A Service that is already
+    /// gone is fine.
+    async fn patch_status(
+        &self,
+        service: &Service,
+        status: &LoadBalancerStatus,
+    ) -> Result<(), kube::Error> {
+        let ingress = match status.ingress.as_deref() {
+            Some(list) if !list.is_empty() => {
+                serde_json::to_value(list).map_err(kube::Error::SerdeError)?
+            }
+            _ => serde_json::Value::Null,
+        };
+        let patch = json!({ "status": { "loadBalancer": { "ingress": ingress } } });
+        let result = self
+            .api(service)
+            .patch_status(
+                Self::name(service),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await;
+        ignore_not_found(result)
+    }
+
+    /// Updates the hosts of every load balancer after the node set changed. A load balancer whose
+    /// update fails is queued for a full sync (which ensures it with the current nodes) with the usual
+    /// retry delays.
+    async fn node_sync(&self, shutdown: &CancellationToken) {
+        let hosts = self.hosts.read().clone();
+        let keys: Vec<String> = self
+            .cache
+            .lock()
+            .iter()
+            .filter(|(_, s)| wants_load_balancer(s))
+            .map(|(k, _)| k.clone())
+            .collect();
+        tracing::info!(
+            controller = %ControllerName::ServiceLb,
+            nodes = hosts.len(),
+            load_balancers = keys.len(),
+            "load balancer node set changed; updating every load balancer"
+        );
+        let start = Instant::now();
+        let failed = Mutex::new(Vec::new());
+        futures::stream::iter(keys)
+            .for_each_concurrent(self.workers, |key| {
+                let hosts = hosts.clone();
+                let failed = &failed;
+                async move {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    if let Err(error) = self.update_hosts(&key, &hosts).await {
+                        failed.lock().push((key, error.retry_after));
+                    }
+                }
+            })
+            .await;
+        self.metrics
+            .service_nodesync_latency
+            .observe(start.elapsed().as_secs_f64());
+        let failed = failed.into_inner();
+        if !failed.is_empty() {
+            tracing::warn!(
+                controller = %ControllerName::ServiceLb,
+                failed = failed.len(),
+                "some load balancers could not be updated with the new hosts; re-syncing them"
+            );
+        }
+        for (key, retry_after) in failed {
+            match retry_after {
+                Some(delay) => self.queue.add_after(key, delay),
+                None => {
+                    self.queue.add_rate_limited(key, None);
+                }
+            }
+        }
+    }
+
+    /// Updates the hosts of one Service's load balancer.
+    async fn update_hosts(&self, key: &str, hosts: &[Node]) -> Result<(), SyncError> {
+        let balancer = self.balancer()?;
+        let lock = self.key_lock(key);
+        let _guard = lock.lock().await;
+        let (namespace, name) = split_key(key);
+        let Some(service) = self.services.get(&ObjectRef::new(name).within(namespace)) else {
+            return Ok(());
+        };
+        if should_delete(&service) || service.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let result = balancer
+            .update_load_balancer(&self.cluster_name, &service, hosts)
+            .await;
+        match result {
+            Ok(()) => {
+                self.metrics
+                    .service_update_loadbalancer_host_latency
+                    .observe(start.elapsed().as_secs_f64());
+                self.metrics.service_loadbalancer_sync.inc();
+                if hosts.is_empty() {
+                    self.publish(
+                        &service,
+                        EventType::Warning,
+                        REASON_UNAVAILABLE,
+                        ACTION_UPDATE,
+                        "There are no available nodes for LoadBalancer".into(),
+                    );
+                } else {
+                    self.publish(
+                        &service,
+                        EventType::Normal,
+                        REASON_UPDATED,
+                        ACTION_UPDATE,
+                        "Updated load balancer with new hosts".into(),
+                    );
+                }
+                Ok(())
+            }
+            Err(CloudError::ImplementedElsewhere) => Ok(()),
+            Err(error) => {
+                // Only an error when the load balancer still exists.
+                match balancer
+                    .get_load_balancer(&self.cluster_name, &service)
+                    .await
+                {
+                    Ok(None) => return Ok(()),
+                    Ok(Some(_)) => {}
+                    Err(check) => {
+                        tracing::warn!(service = %key, error = %check,
+                            "could not check whether the load balancer still exists");
+                    }
+                }
+                self.metrics.service_nodesync_error.inc();
+                let names = predicates::limited_node_names(hosts, EVENT_NODE_NAMES);
+                self.publish(
+                    &service,
+                    EventType::Warning,
+                    REASON_UPDATE_FAILED,
+                    ACTION_UPDATE,
+                    format!(
+                        "Error updating load balancer with new hosts {names:?} [node names limited, total number of nodes: {}], error: {error}",
+                        hosts.len()
+                    ),
+                );
+                Err(SyncError::new(
+                    format!("failed to update load balancer hosts: {error}"),
+                    error.retry_after(),
+                ))
+            }
+        }
+    }
+}
+
+fn ignore_not_found(result: Result<Service, kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_static<T: Send + 'static>(_: &T) {}
+
+    /// Compiles only while `run` can be spawned (run_controllers boxes it as a `Send` future).
+    #[allow(dead_code)]
+    fn run_future_is_send(controller: ServiceLbController) {
+        let future = controller.run(CancellationToken::new());
+        assert_send_static(&future);
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let mut svc = Service::default();
+        svc.metadata.namespace = Some("team".into());
+        svc.metadata.name = Some("web".into());
+        let key = service_key(&svc);
+        assert_eq!(key, "team/web");
+        assert_eq!(split_key(&key), ("team", "web"));
+        assert_eq!(split_key("bare"), ("", "bare"));
+    }
+
+    #[test]
+    fn retry_bounds_match_upstream() {
+        assert_eq!(
+            crate::workqueue::backoff_delay(MIN_RETRY_DELAY, MAX_RETRY_DELAY, 1),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            crate::workqueue::backoff_delay(MIN_RETRY_DELAY, MAX_RETRY_DELAY, 3),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            crate::workqueue::backoff_delay(MIN_RETRY_DELAY, MAX_RETRY_DELAY, 20),
+            Duration::from_secs(300)
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! cloud-node-lifecycle-controller against the in-memory API server and the fake cloud: stopped versus
+//! terminated instances, the shutdown taint, the deletion guard, failed deletions and bulk state checks.
+
+mod common;
+
+use std::time::Duration;
+
+use cloud_controllers::{ControllerConfig, ControllerName};
+use cloud_provider::TAINT_SHUTDOWN;
+use common::*;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
+use provider_fake::{FakeConfig, FakeControl, InstanceConfig};
+use test_apiserver::FaultRule;
+
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An initialized node (provider ID set, no taints) with the given readiness.
+fn initialized_node(name: &str, ready: &str, taints: Vec<Taint>) -> Node {
+    let mut node = kubelet_node(name, &[("InternalIP", "10.5.0.1")]);
+    node.spec = Some(NodeSpec {
+        provider_id: Some(format!("fake://{name}")),
+        taints: Some(taints),
+        ..NodeSpec::default()
+    });
+    if let Some(status) = node.status.as_mut() {
+        status.conditions = Some(vec![ready_condition(ready)]);
+    }
+    node
+}
+
+fn shutdown_taint() -> Taint {
+    Taint {
+        key: TAINT_SHUTDOWN.to_string(),
+        effect: "NoSchedule".to_string(),
+        value: None,
+        time_added: None,
+    }
+}
+
+fn has_shutdown_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TAINT_SHUTDOWN))
+}
+
+/// The lifecycle controller with a fake cloud that has running instances named `instances`.
+async fn start(config: ControllerConfig, instances: &[&str]) -> (Harness, FakeControl) {
+    let fake = FakeConfig {
+        instances: instances
+            .iter()
+            .map(|n| InstanceConfig::named(*n))
+            .collect(),
+        ..FakeConfig::default()
+    };
+    Harness::with_fake(fake, config, &[ControllerName::CloudNodeLifecycle]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_stopped_instances_are_tainted_and_terminated_ones_deleted() {
+    let (h, cloud) = start(
+        test_config(),
+        &[
+            "ready-1",
+            "ready-2",
+            "ready-3",
+            "run-1",
+            "stopped-1",
+            "gone-1",
+        ],
+    )
+    .await;
+    for (name, ready) in [
+        ("ready-1", "True"),
+        ("ready-2", "True"),
+        ("ready-3", "True"),
+        ("run-1", "Unknown"),
+        ("stopped-1", "False"),
+        ("gone-1", "Unknown"),
+    ] {
+        create_node(&h.client, &initialized_node(name, ready, vec![])).await;
+    }
+    wait_until(TIMEOUT, "first lifecycle pass", || async {
+        cloud.call_count("instance_states") >= 1
+    })
+    .await;
+    cloud.stop_instance("stopped-1").unwrap();
+    cloud.terminate_instance("gone-1").unwrap();
+
+    wait_until(TIMEOUT, "gone-1 deleted", || async {
+        get_node(&h.client, "gone-1").await.is_none()
+    })
+    .await;
+    wait_until(TIMEOUT, "stopped-1 tainted", || async {
+        get_node(&h.client, "stopped-1")
+            .await
+            .is_some_and(|n| has_shutdown_taint(&n))
+    })
+    .await;
+    let deleting = events_for(&h.client, "gone-1", "DeletingNode").await;
+    assert_eq!(deleting.len(), 1);
+    assert_eq!(deleting[0].type_.as_deref(), Some("Normal"));
+    assert!(
+        deleting[0]
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("does not exist in the cloud provider")
+    );
+    let run = get_node(&h.client, "run-1")
+        .await
+        .expect("running instance kept");
+    assert!(!has_shutdown_taint(&run));
+    assert!(
+        get_node(&h.client, "stopped-1").await.is_some(),
+        "a stopped instance is not deleted"
+    );
+    assert_eq!(
+        cloud.call_count("instance_exists"),
+        0,
+        "bulk state checks only"
+    );
+    assert_eq!(h.metrics.node_lifecycle_nodes_deleted.get(), 1);
+    h.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_shutdown_taint_is_removed_when_ready_again() {
+    let (h, cloud) = start(test_config(), &["back-1", "cycle-1"]).await;
+    create_node(
+        &h.client,
+        &initialized_node("back-1", "True", vec![shutdown_taint()]),
+    )
+    .await;
+    create_node(&h.client, &initialized_node("cycle-1", "False", vec![])).await;
+    wait_until(TIMEOUT, "back-1 untainted", || async {
+        get_node(&h.client, "back-1")
+            .await
+            .is_some_and(|n| !has_shutdown_taint(&n))
+    })
+    .await;
+    wait_until(TIMEOUT, "first pass", || async {
+        cloud.call_count("instance_states") >= 1
+    })
+    .await;
+    cloud.stop_instance("cycle-1").unwrap();
+    wait_until(TIMEOUT, "cycle-1 tainted", || async {
+        get_node(&h.client, "cycle-1")
+            .await
+            .is_some_and(|n| has_shutdown_taint(&n))
+    })
+    .await;
+    cloud.start_instance("cycle-1").unwrap();
+    set_ready(&h.client, "cycle-1", "True").await;
+    wait_until(TIMEOUT, "cycle-1 untainted", || async {
+        get_node(&h.client, "cycle-1")
+            .await
+            .is_some_and(|n| !has_shutdown_taint(&n))
+    })
+    .await;
+    h.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_deletion_guard_refuses_to_delete_too_many_nodes() {
+    let (h, cloud) = start(test_config(), &["keep-1", "lost-1", "lost-2", "lost-3"]).await;
+    for name in ["keep-1", "lost-1", "lost-2", "lost-3"] {
+        let ready = if name == "keep-1" { "True" } else { "Unknown" };
+        create_node(&h.client, &initialized_node(name, ready, vec![])).await;
+    }
+    wait_until(TIMEOUT, "first pass", || async {
+        cloud.call_count("instance_states") >= 1
+    })
+    .await;
+    for name in ["lost-1", "lost-2", "lost-3"] {
+        cloud.terminate_instance(name).unwrap();
+    }
+    wait_until(TIMEOUT, "guard tripped twice", || async {
+        h.metrics.node_lifecycle_deletion_guard_trips.get() >= 2
+    })
+    .await;
+    for name in ["keep-1", "lost-1", "lost-2", "lost-3"] {
+        assert!(
+            get_node(&h.client, name).await.is_some(),
+            "{name} must not be deleted"
+        );
+    }
+    wait_until(TIMEOUT, "guard event", || async {
+        !events_with_reason(&h.client, "DeletionGuardTripped")
+            .await
+            .is_empty()
+    })
+    .await;
+    let events = events_with_reason(&h.client, "DeletionGuardTripped").await;
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let note = events[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("3 of 4 nodes") && note.contains("50%"),
+        "{note}"
+    );
+    assert!(
+        events_with_reason(&h.client, "DeletingNode")
+            .await
+            .is_empty()
+    );
+    assert_eq!(h.metrics.node_lifecycle_nodes_deleted.get(), 0);
+    h.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_failed_deletion_emits_a_warning_and_is_retried() {
+    let (h, cloud) = start(test_config(), &["a-1", "a-2", "doomed-1"]).await;
+    for (name, ready) in [("a-1", "True"), ("a-2", "True"), ("doomed-1", "False")] {
+        create_node(&h.client, &initialized_node(name, ready, vec![])).await;
+    }
+    let fault = h.controls.fail(
+        FaultRule::new(500)
+            .verb("delete")
+            .resource("nodes")
+            .message("etcd is sad"),
+    );
+    wait_until(TIMEOUT, "first pass", || async {
+        cloud.call_count("instance_states") >= 1
+    })
+    .await;
+    cloud.terminate_instance("doomed-1").unwrap();
+    wait_until(TIMEOUT, "DeletingNodeFailed", || async {
+        !events_for(&h.client, "doomed-1", "DeletingNodeFailed")
+            .await
+            .is_empty()
+    })
+    .await;
+    let failed = events_for(&h.client, "doomed-1", "DeletingNodeFailed").await;
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
+    assert!(get_node(&h.client, "doomed-1").await.is_some());
+    h.controls.remove_fault(fault);
+    wait_until(TIMEOUT, "doomed-1 deleted", || async {
+        get_node(&h.client, "doomed-1").await.is_none()
+    })
+    .await;
+    h.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_checks_not_ready_nodes_with_one_bulk_call_per_pass() {
+    let mut config = test_config();
+    config.node_monitor_period = Duration::from_millis(200);
+    let names: Vec<String> = (0..60).map(|i| format!("nr-{i:02}")).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (h, cloud) = start(config, &name_refs).await;
+    let creates = (0..60).map(|i| {
+        let client = h.client.clone();
+        async move {
+            create_node(
+                &client,
+                &initialized_node(&format!("nr-{i:02}"), "False", vec![]),
+            )
+            .await
+        }
+    });
+    futures::future::join_all(creates).await;
+    wait_until(TIMEOUT, "a few passes", || async {
+        cloud.call_count("instance_states") >= 4
+    })
+    .await;
+    let states = cloud.call_count("instance_states");
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let per_pass = cloud.call_count("instance_states") - states;
+    assert!(
+        (1..=4).contains(&per_pass),
+        "{per_pass} bulk calls in ~2 passes"
+    );
+    assert_eq!(cloud.call_count("instance_exists"), 0);
+    assert_eq!(cloud.call_count("instance_shutdown"), 0);
+    assert_eq!(
+        h.nodes()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        60
+    );
+    h.stop().await.unwrap();
+}
