@@ -16,7 +16,7 @@ use cloud_provider::{CloudProvider, Registry, RegistryError};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    AUTH_LIMITS, ClientError, EVENTS_LIMITS, LEADER_ELECTION_LIMITS, RateLimits, build_client,
+    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimits, build_client, events_limits,
     load_config,
 };
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
@@ -167,14 +167,12 @@ pub async fn run_until(
 
     // Clients.
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
-    let client = build_client(
-        kube_config.clone(),
-        RateLimits {
-            qps: config.kube_api_qps,
-            burst: config.kube_api_burst,
-        },
-    )?;
-    let event_client = build_client(kube_config.clone(), EVENTS_LIMITS)?;
+    let controller_limits = RateLimits {
+        qps: config.kube_api_qps,
+        burst: config.kube_api_burst,
+    };
+    let client = build_client(kube_config.clone(), controller_limits)?;
+    let event_client = build_client(kube_config.clone(), events_limits(controller_limits))?;
 
     // Metrics and health.
     let identity = identity();

@@ -10,7 +10,7 @@
 //! | client            | budget                                           |
 //! |-------------------|--------------------------------------------------|
 //! | controllers       | `--kube-api-qps` / `--kube-api-burst` (20 / 30)  |
-//! | events            | [`EVENTS_LIMITS`]: 10 qps, burst 25              |
+//! | events            | [`events_limits`]: the controllers' numbers, at least 10 qps, burst 25 |
 //! | leader election   | [`LEADER_ELECTION_LIMITS`]: 5 qps, burst 10      |
 //! | delegated auth    | [`AUTH_LIMITS`]: 20 qps, burst 40 (TokenReview / SubjectAccessReview, cached) |
 
@@ -36,11 +36,21 @@ pub struct RateLimits {
     pub burst: u32,
 }
 
-/// The budget of the events client.
+/// The smallest budget of the events client.
 pub const EVENTS_LIMITS: RateLimits = RateLimits {
     qps: 10.0,
     burst: 25,
 };
+
+/// The budget of the events client for a given controllers' budget: a bucket of its own with the same
+/// numbers (never below [`EVENTS_LIMITS`]), so every write that produces an event can also record it
+/// without the events taking from the controllers' requests.
+pub fn events_limits(controllers: RateLimits) -> RateLimits {
+    RateLimits {
+        qps: controllers.qps.max(EVENTS_LIMITS.qps),
+        burst: controllers.burst.max(EVENTS_LIMITS.burst),
+    }
+}
 
 /// The budget of the leader-election client (renewals every retry period need very little).
 pub const LEADER_ELECTION_LIMITS: RateLimits = RateLimits {
@@ -270,6 +280,20 @@ mod tests {
     use super::*;
     use std::convert::Infallible;
     use tower::ServiceExt;
+
+    #[test]
+    fn events_budget_follows_the_controllers_budget_with_a_floor() {
+        let small = RateLimits {
+            qps: 5.0,
+            burst: 10,
+        };
+        assert_eq!(events_limits(small), EVENTS_LIMITS);
+        let large = RateLimits {
+            qps: 500.0,
+            burst: 1000,
+        };
+        assert_eq!(events_limits(large), large);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn burst_then_qps() {

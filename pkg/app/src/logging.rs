@@ -31,7 +31,11 @@ pub const CREDENTIAL_SAFE_CAPS: &[&str] = &[
 /// Appends the [`CREDENTIAL_SAFE_CAPS`] directives to `directives`; later directives for the same target win.
 pub fn with_credential_caps(directives: &str) -> String {
     std::iter::once(directives.to_string())
-        .chain(CREDENTIAL_SAFE_CAPS.iter().map(|target| format!("{target}=info")))
+        .chain(
+            CREDENTIAL_SAFE_CAPS
+                .iter()
+                .map(|target| format!("{target}=info")),
+        )
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -91,7 +95,10 @@ mod tests {
         let directives = with_credential_caps("trace");
         assert!(directives.starts_with("trace,"));
         for target in CREDENTIAL_SAFE_CAPS {
-            assert!(directives.contains(&format!(",{target}=info")), "{directives}");
+            assert!(
+                directives.contains(&format!(",{target}=info")),
+                "{directives}"
+            );
         }
         // The caps parse as a filter and keep the SDK's debug output out at the highest verbosity.
         let filter = EnvFilter::new(with_credential_caps(&directives_for_verbosity(10)));
