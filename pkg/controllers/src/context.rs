@@ -1,6 +1,11 @@
 //! What every controller gets: the configuration from the command line, the API clients, the cloud provider,
 //! metrics, health checks and the reporting identity.
+//!
+//! With `--use-service-account-credentials` each controller has an API client of its own, authenticated as
+//! the controller's ServiceAccount ([`ControllerClients`]); [`ControllerContext::client_for`] picks it for
+//! the controller's writes and direct reads. The shared watches and the events keep the process' clients.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +37,51 @@ pub struct ControllerConfig {
     pub concurrent_service_syncs: usize,
     /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
     pub node_deletion_max_percent: u32,
+    /// `--use-service-account-credentials`: the controllers' own API clients, each authenticated as the
+    /// controller's ServiceAccount. Empty without the flag: every controller then uses
+    /// [`ControllerContext::client`].
+    pub controller_clients: ControllerClients,
+}
+
+/// API clients of individual controllers, by controller (see [`ControllerContext::client_for`]).
+#[derive(Clone, Default)]
+pub struct ControllerClients {
+    clients: BTreeMap<ControllerName, kube::Client>,
+}
+
+impl ControllerClients {
+    /// No controller has a client of its own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Gives `controller` a client of its own (replacing any earlier one).
+    pub fn insert(&mut self, controller: ControllerName, client: kube::Client) {
+        self.clients.insert(controller, client);
+    }
+
+    /// The client of `controller`, if it has one.
+    pub fn get(&self, controller: ControllerName) -> Option<&kube::Client> {
+        self.clients.get(&controller)
+    }
+
+    /// The controllers with a client of their own, in [`ControllerName::ALL`] order.
+    pub fn controllers(&self) -> Vec<ControllerName> {
+        self.clients.keys().copied().collect()
+    }
+
+    /// Whether no controller has a client of its own.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ControllerClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set()
+            .entries(self.clients.keys().map(ControllerName::canonical))
+            .finish()
+    }
 }
 
 impl Default for ControllerConfig {
@@ -48,6 +98,7 @@ impl Default for ControllerConfig {
             concurrent_node_syncs: 1,
             concurrent_service_syncs: 1,
             node_deletion_max_percent: 50,
+            controller_clients: ControllerClients::default(),
         }
     }
 }
@@ -55,7 +106,8 @@ impl Default for ControllerConfig {
 /// Everything the controllers share; cheap to clone.
 #[derive(Clone)]
 pub struct ControllerContext {
-    /// The main API client (rate limited by `--kube-api-qps` / `--kube-api-burst`).
+    /// The main API client (rate limited by `--kube-api-qps` / `--kube-api-burst`): the shared watches, and
+    /// the writes of every controller without a client of its own.
     pub client: kube::Client,
     /// A separate client with its own rate budget, used only to write events.
     pub event_client: kube::Client,
@@ -82,6 +134,16 @@ impl std::fmt::Debug for ControllerContext {
 }
 
 impl ControllerContext {
+    /// The client `controller` writes (and reads outside the shared informers) with: its own client from
+    /// [`ControllerConfig::controller_clients`] when it has one, else [`ControllerContext::client`].
+    pub fn client_for(&self, controller: ControllerName) -> kube::Client {
+        self.config
+            .controller_clients
+            .get(controller)
+            .cloned()
+            .unwrap_or_else(|| self.client.clone())
+    }
+
     /// An event recorder reporting as `controller`, writing through [`ControllerContext::event_client`].
     /// Must be called inside a Tokio runtime (it starts the recorder's writer task).
     pub fn recorder(&self, controller: ControllerName) -> EventRecorder {
@@ -91,5 +153,85 @@ impl ControllerContext {
             &self.identity,
             self.metrics.clone(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use test_apiserver::{TestApiServer, UserInfo};
+
+    struct NoCloud;
+
+    impl cloud_provider::CloudProvider for NoCloud {
+        fn provider_name(&self) -> &str {
+            "none"
+        }
+
+        fn has_cluster_id(&self) -> bool {
+            true
+        }
+    }
+
+    fn context(client: kube::Client, controller_clients: ControllerClients) -> ControllerContext {
+        ControllerContext {
+            client: client.clone(),
+            event_client: client,
+            cloud: Arc::new(NoCloud),
+            config: Arc::new(ControllerConfig {
+                controller_clients,
+                ..ControllerConfig::default()
+            }),
+            metrics: ControllerMetrics::default(),
+            health: HealthRegistry::new(),
+            identity: "host_0".to_string(),
+        }
+    }
+
+    /// The users that listed nodes, in order.
+    fn node_listers(server: &TestApiServer) -> Vec<String> {
+        server
+            .controls()
+            .request_log()
+            .into_iter()
+            .filter(|r| r.verb == "list" && r.resource == "nodes")
+            .map(|r| r.user)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn controllers_use_their_own_client_when_they_have_one() {
+        let server = TestApiServer::builder()
+            .user(
+                "node-token",
+                UserInfo::new("node-controller-user", &["system:authenticated"]),
+            )
+            .start()
+            .await
+            .unwrap();
+        let mut config = server.client_config().unwrap();
+        config.auth_info = serde_json::from_value(serde_json::json!({"token": "node-token"})).unwrap();
+        let own = kube::Client::try_from(config).unwrap();
+        let mut clients = ControllerClients::new();
+        assert!(clients.is_empty());
+        clients.insert(ControllerName::CloudNode, own);
+        assert_eq!(clients.controllers(), [ControllerName::CloudNode]);
+        assert_eq!(format!("{clients:?}"), r#"{"cloud-node-controller"}"#);
+        let ctx = context(server.client().unwrap(), clients);
+
+        for controller in [ControllerName::CloudNode, ControllerName::ServiceLb] {
+            let nodes: Api<Node> = Api::all(ctx.client_for(controller));
+            nodes.list(&Default::default()).await.unwrap();
+        }
+        assert_eq!(node_listers(&server), ["node-controller-user", "admin"]);
+
+        // Without clients of their own every controller uses the shared client.
+        server.controls().clear_request_log();
+        let ctx = context(server.client().unwrap(), ControllerClients::default());
+        let nodes: Api<Node> = Api::all(ctx.client_for(ControllerName::CloudNode));
+        nodes.list(&Default::default()).await.unwrap();
+        assert_eq!(node_listers(&server), ["admin"]);
     }
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use cloud_controllers::ControllerConfig;
 use cloud_controllers::route::MAX_CONCURRENT_ROUTE_OPS;
+use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::{CloudProvider, Route, Routes};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
@@ -110,7 +110,7 @@ async fn routes_are_added_and_updated_and_conditions_follow() {
     env.create_node(&pod_node("b", "10.0.0.2", Some("10.244.2.0/24")))
         .await;
     env.create_node(&pod_node("c", "10.0.0.3", None)).await;
-    env.run_route_controller(route_config());
+    env.run_controllers(route_config(), &[ControllerName::NodeRoute]);
 
     wait_routes(&env, &[("a", "10.244.1.0/24"), ("b", "10.244.2.0/24")]).await;
     let a = env
@@ -203,7 +203,7 @@ async fn only_managed_routes_that_are_stale_orphaned_or_blackholes_are_deleted()
     assert!(env.fake.routes().iter().any(|r| r.blackhole));
     let creates_before = env.fake.call_count("create_route");
 
-    env.run_route_controller(route_config());
+    env.run_controllers(route_config(), &[ControllerName::NodeRoute]);
     wait_routes(
         &env,
         &[("a", "10.244.1.0/24"), ("ghost", "192.168.50.0/24")],
@@ -220,7 +220,7 @@ async fn an_empty_node_list_never_deletes_routes() {
     let mut env = Env::new(FakeConfig::default()).await;
     seed_route(&env, "one", "x", "10.244.1.0/24").await;
     seed_route(&env, "two", "y", "10.244.2.0/24").await;
-    env.run_route_controller(route_config());
+    env.run_controllers(route_config(), &[ControllerName::NodeRoute]);
     wait_until(WAIT, "three reconciliations", || async {
         env.metrics.route_sync.get() >= 3
     })
@@ -246,7 +246,7 @@ async fn failed_creations_mark_the_network_unavailable_until_they_succeed() {
         .unwrap();
     env.create_node(&pod_node("a", "10.0.0.1", Some("10.244.1.0/24")))
         .await;
-    env.run_route_controller(route_config());
+    env.run_controllers(route_config(), &[ControllerName::NodeRoute]);
 
     wait_condition(&env, "a", "True", "NoRouteCreated").await;
     wait_until(WAIT, "FailedToCreateRoute event on a", || async {

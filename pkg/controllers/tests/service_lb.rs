@@ -143,6 +143,7 @@ async fn type_change_deletes_the_load_balancer() {
     env.create_service(&lb_service("default", "web")).await;
     wait_ingress(&env, "default", "web").await;
     assert_eq!(env.fake.load_balancers().len(), 1);
+    let status_patches = env.request_count("patch", "services", "status");
 
     env.services("default")
         .patch(
@@ -170,6 +171,13 @@ async fn type_change_deletes_the_load_balancer() {
     .await;
     wait_event(&env, "default", "web", "DeletingLoadBalancer").await;
     wait_event(&env, "default", "web", "DeletedLoadBalancer").await;
+    // Finalizer and ingress went in one write, and the cleanup did not run twice.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        env.request_count("patch", "services", "status"),
+        status_patches + 1
+    );
+    assert_eq!(env.fake.call_count("ensure_load_balancer_deleted"), 1);
     env.stop().await.unwrap();
 }
 

@@ -205,7 +205,7 @@ impl CloudNodeController {
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         let inner = Arc::new(Inner {
             ctx: ctx.clone(),
-            api: Api::all(ctx.client.clone()),
+            api: Api::all(ctx.client_for(ControllerName::CloudNode)),
             store: informers.nodes(),
             recorder: ctx.recorder(ControllerName::CloudNode),
             queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX),

@@ -135,7 +135,7 @@ impl CloudNodeLifecycleController {
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         CloudNodeLifecycleController {
             ctx: ctx.clone(),
-            api: Api::all(ctx.client.clone()),
+            api: Api::all(ctx.client_for(ControllerName::CloudNodeLifecycle)),
             store: informers.nodes(),
             informers: informers.clone(),
             recorder: ctx.recorder(ControllerName::CloudNodeLifecycle),

@@ -104,7 +104,7 @@ impl PvLabelController {
         PvLabelController {
             inner: Arc::new(Inner {
                 ctx: ctx.clone(),
-                api: Api::all(ctx.client.clone()),
+                api: Api::all(ctx.client_for(ControllerName::PvLabel)),
                 store: informers.persistent_volumes(),
                 recorder: ctx.recorder(ControllerName::PvLabel),
                 queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX),

@@ -85,21 +85,21 @@ impl std::fmt::Debug for NodeRouteController {
     }
 }
 
-/// Counts of one reconciliation, for logs and tests.
+/// Counts of one reconciliation, for the logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReconcileSummary {
+struct ReconcileSummary {
     /// Routes created (including the second half of updates).
-    pub created: usize,
+    created: usize,
     /// Route creations that failed.
-    pub create_failed: usize,
+    create_failed: usize,
     /// Routes deleted (including the first half of updates).
-    pub deleted: usize,
+    deleted: usize,
     /// Route deletions that failed.
-    pub delete_failed: usize,
+    delete_failed: usize,
     /// Deletions skipped because the node list was empty.
-    pub suppressed_deletions: usize,
+    suppressed_deletions: usize,
     /// Node conditions written.
-    pub conditions_patched: usize,
+    conditions_patched: usize,
 }
 
 impl NodeRouteController {

@@ -215,7 +215,15 @@ impl ServiceLbController {
             _ = shutdown.cancelled() => return Ok(()),
             result = synced => result?,
         }
-        let initial = shared.refresh_hosts();
+        // One snapshot of the nodes seeds both the hosts and the change detection, so that every later
+        // change arrives as an event.
+        let nodes = shared.nodes.state();
+        let initial = shared.refresh_hosts_from(&nodes);
+        let seen_nodes: HashMap<String, NodeView> = nodes
+            .iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+            .collect();
+        drop(nodes);
         tracing::info!(
             controller = %ControllerName::ServiceLb,
             workers = shared.workers,
@@ -232,6 +240,7 @@ impl ServiceLbController {
         tasks.spawn(watch_nodes(
             shared.clone(),
             node_events,
+            seen_nodes,
             initial,
             shutdown.clone(),
         ));
@@ -308,15 +317,10 @@ async fn watch_services(
 async fn watch_nodes(
     shared: Arc<Shared>,
     mut events: InformerEvents<Node>,
+    mut seen: HashMap<String, NodeView>,
     mut synced: NodeSetKey,
     shutdown: CancellationToken,
 ) {
-    let mut seen: HashMap<String, NodeView> = shared
-        .nodes
-        .state()
-        .iter()
-        .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
-        .collect();
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -441,7 +445,11 @@ impl Shared {
 
     /// Recomputes the load-balancer nodes from the node store; returns the identity of the new set.
     fn refresh_hosts(&self) -> NodeSetKey {
-        let nodes = self.nodes.state();
+        self.refresh_hosts_from(&self.nodes.state())
+    }
+
+    /// Recomputes the load-balancer nodes from `nodes`; returns the identity of the new set.
+    fn refresh_hosts_from(&self, nodes: &[Arc<Node>]) -> NodeSetKey {
         let hosts = load_balancer_nodes(nodes.iter().map(|n| n.as_ref()));
         let key = NodeSetKey::of(&hosts);
         *self.hosts.write() = Arc::new(hosts);
@@ -626,32 +634,25 @@ impl Shared {
                 Err(error) => return Err(self.delete_failed(service, error)),
             }
         }
-        let deleting = service.metadata.deletion_timestamp.is_some();
-        if !deleting
+        // A Service that stays (its type changed) gets its ingress cleared; one being deleted goes away
+        // once the finalizer is released. Both happen in one write.
+        let clear_status = service.metadata.deletion_timestamp.is_none()
             && !current_status(service)
                 .ingress
                 .unwrap_or_default()
-                .is_empty()
-        {
-            self.patch_status(service, &LoadBalancerStatus::default())
+                .is_empty();
+        let release = has_cleanup_finalizer(service);
+        if clear_status || release {
+            self.release_service(service, release, clear_status)
                 .await
                 .map_err(|e| {
                     self.sync_failed(
                         service,
-                        format!("failed to clear load balancer status: {e}"),
+                        format!("failed to remove load balancer cleanup finalizer or status: {e}"),
                         None,
                     )
                 })?;
-        }
-        if has_cleanup_finalizer(service) {
-            self.remove_finalizer(service).await.map_err(|e| {
-                self.sync_failed(
-                    service,
-                    format!("failed to remove load balancer cleanup finalizer: {e}"),
-                    None,
-                )
-            })?;
-            acted = true;
+            acted |= release;
         }
         if acted {
             self.publish(
@@ -759,17 +760,33 @@ impl Shared {
             .await
     }
 
-    /// Removes the cleanup finalizer through `services/status`. A Service that is already gone is fine.
-    async fn remove_finalizer(&self, service: &Service) -> Result<(), kube::Error> {
-        let patch = json!({
-            "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] }
-        });
+    /// Removes the cleanup finalizer and/or clears the ingress, in one strategic merge patch of
+    /// `services/status` (which applies metadata changes too). A Service that is already gone is fine.
+    async fn release_service(
+        &self,
+        service: &Service,
+        remove_finalizer: bool,
+        clear_status: bool,
+    ) -> Result<(), kube::Error> {
+        let mut patch = serde_json::Map::new();
+        if remove_finalizer {
+            patch.insert(
+                "metadata".into(),
+                json!({ "$deleteFromPrimitiveList/finalizers": [FINALIZER_LOAD_BALANCER_CLEANUP] }),
+            );
+        }
+        if clear_status {
+            patch.insert(
+                "status".into(),
+                json!({ "loadBalancer": { "ingress": null } }),
+            );
+        }
         let result = self
             .api(service)
             .patch_status(
                 Self::name(service),
                 &PatchParams::default(),
-                &Patch::Strategic(patch),
+                &Patch::Strategic(serde_json::Value::Object(patch)),
             )
             .await;
         ignore_not_found(result)

@@ -111,12 +111,7 @@ impl Env {
         self.task = Some(tokio::spawn(controller.run(token)));
     }
 
-    /// Starts the node-route-controller alone, over its own shared informers.
-    pub fn run_route_controller(&mut self, config: ControllerConfig) {
-        self.run_route_controller_with(self.cloud.clone(), config);
-    }
-
-    /// Starts the node-route-controller alone with another cloud provider.
+    /// Starts the node-route-controller alone, over its own shared informers, with another cloud provider.
     pub fn run_route_controller_with(
         &mut self,
         cloud: Arc<dyn CloudProvider>,
