@@ -769,7 +769,12 @@ impl State {
         }
         Cidr::parse(&route.destination_cidr)
             .map_err(|m| CloudError::provider(format!("create route: {m}")))?;
-        let name = format!("{cluster}-{name_hint}");
+        // The controllers pass one hint per node (its UID), so the destination makes the name unique for
+        // the second pod CIDR of a dual-stack node.
+        let name = format!(
+            "{cluster}-{name_hint}-{}",
+            route.destination_cidr.replace(['.', ':', '/'], "-")
+        );
         if let Some(existing) = self.routes.get(&name) {
             if existing.destination_cidr == route.destination_cidr
                 && existing.target_node == route.target_node

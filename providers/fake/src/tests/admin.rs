@@ -192,7 +192,7 @@ async fn faults_calls_lbs_and_routes_over_http() {
     routes.create_route("k", "hint", &route).await.unwrap();
     let (status, rs) = call(addr, "GET", "/routes", None).await;
     assert_eq!(status, 200);
-    assert_eq!(rs[0]["name"], "k-hint");
+    assert_eq!(rs[0]["name"], "k-hint-10-244-0-0-24");
     assert_eq!(rs[0]["destinationCIDR"], "10.244.0.0/24");
 
     let (status, calls) = call(addr, "GET", "/calls", None).await;

@@ -428,11 +428,10 @@ async fn routes_table() {
     c.create_route("other", "uid-1", &route("n1", "10.9.0.0/24"))
         .await
         .unwrap();
-    assert!(
-        c.create_route("k", "uid-1", &route("n1", "10.244.9.0/24"))
-            .await
-            .is_err()
-    );
+    // A second destination with the same hint (a dual-stack node's IPv6 pod CIDR) is its own route.
+    c.create_route("k", "uid-1", &route("n1", "fd00:10:244:1::/64"))
+        .await
+        .unwrap();
     assert!(
         c.create_route("k", "uid-3", &route("n2", "10.244.2.0/24"))
             .await
@@ -444,18 +443,19 @@ async fn routes_table() {
             .is_err()
     );
     let listed = c.list_routes("k").await.unwrap();
-    assert_eq!(listed.len(), 2);
-    assert_eq!(listed[0].name, "k-uid-1");
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[0].name, "k-uid-1-10-244-1-0-24");
     assert_eq!(listed[0].destination_cidr, "10.244.1.0/24");
     assert!(!listed[0].blackhole);
+    assert_eq!(listed[1].name, "k-uid-1-fd00-10-244-1---64");
     // A route whose target instance is terminated is a blackhole.
     c.handle().terminate_instance("n2").unwrap();
     let listed = c.list_routes("k").await.unwrap();
-    assert!(listed[1].blackhole);
+    assert!(listed[2].blackhole);
     c.delete_route("k", &listed[1]).await.unwrap();
     c.delete_route("k", &listed[1]).await.unwrap();
-    assert_eq!(c.list_routes("k").await.unwrap().len(), 1);
-    assert_eq!(c.handle().routes().len(), 2);
+    assert_eq!(c.list_routes("k").await.unwrap().len(), 2);
+    assert_eq!(c.handle().routes().len(), 3);
 }
 
 #[tokio::test]
