@@ -20,6 +20,9 @@ use crate::client::{
     load_config,
 };
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
+use crate::service_accounts::{
+    ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
+};
 use crate::serving::auth::{Authorizer, DelegatedAuth, TokenAuthenticator, lookup_client_ca};
 use crate::serving::health::HealthChecks;
 use crate::serving::process_metrics::ProcessCollector;
@@ -70,6 +73,18 @@ pub enum AppError {
     /// Leadership was lost.
     #[error("leader election lost: {0}")]
     LeaseLost(String),
+    /// `--use-service-account-credentials`: a controller's credentials could not be set up.
+    #[error("--use-service-account-credentials: {0}")]
+    ServiceAccountCredentials(#[source] CredentialsError),
+}
+
+/// What the controllers' own clients are made from (`--use-service-account-credentials`).
+#[derive(Clone)]
+struct ServiceAccountSettings {
+    /// The daemon's client configuration: the server and CA the controllers' clients use.
+    base: kube::Config,
+    /// The token bucket of each controller's client.
+    limits: RateLimits,
 }
 
 /// Runs the daemon until a shutdown signal (Ok) or a fatal error.
@@ -173,6 +188,12 @@ pub async fn run_until(
     };
     let client = build_client(kube_config.clone(), controller_limits)?;
     let event_client = build_client(kube_config.clone(), events_limits(controller_limits))?;
+    let service_accounts = config
+        .use_service_account_credentials
+        .then(|| ServiceAccountSettings {
+            base: kube_config.clone(),
+            limits: controller_limits,
+        });
 
     // Metrics and health.
     let identity = identity();
@@ -215,7 +236,15 @@ pub async fn run_until(
 
     let Some(le) = &config.leader_election else {
         tracing::info!("leader election is disabled; starting at once");
-        let result = lead(client, cloud, context, controllers, shutdown.clone()).await;
+        let result = lead(
+            client,
+            cloud,
+            context,
+            controllers,
+            service_accounts,
+            shutdown.clone(),
+        )
+        .await;
         return match result {
             Err(err) if shutdown.is_cancelled() => {
                 tracing::warn!(error = %err, "a controller failed while stopping");
@@ -253,6 +282,7 @@ pub async fn run_until(
         cloud,
         context,
         controllers,
+        service_accounts,
         controllers_stop.clone(),
     );
     tokio::pin!(leading);
@@ -308,12 +338,14 @@ fn lost(renewed: Result<(LeaderElector, RenewOutcome), tokio::task::JoinError>) 
     }
 }
 
-/// What the leader does: wait for the API server, initialize the cloud, run the controllers until `stop`.
+/// What the leader does: wait for the API server, initialize the cloud, give the controllers their own
+/// credentials with `--use-service-account-credentials`, run the controllers until `stop`.
 async fn lead(
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
-    context: ControllerContext,
+    mut context: ControllerContext,
     controllers: Vec<ControllerName>,
+    service_accounts: Option<ServiceAccountSettings>,
     stop: CancellationToken,
 ) -> Result<(), AppError> {
     tokio::select! {
@@ -324,14 +356,39 @@ async fn lead(
         _ = stop.cancelled() => return Ok(()),
         initialized = cloud.initialize(client.clone()) => initialized.map_err(AppError::CloudInit)?,
     }
+    // Kept until the controllers stop: dropping it stops the token refreshers.
+    let mut credentials = None;
+    if let Some(settings) = service_accounts {
+        // Token requests are made with the daemon's own client; the controllers' clients only carry the
+        // tokens.
+        let issuer = Arc::new(TokenRequestIssuer::new(
+            client.clone(),
+            NAMESPACE,
+            TOKEN_LIFETIME,
+        ));
+        let started = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            started = ControllerCredentials::start(issuer, &settings.base, &controllers, settings.limits) => {
+                started.map_err(AppError::ServiceAccountCredentials)?
+            }
+        };
+        let mut config = (*context.config).clone();
+        config.controller_clients = started.clients().clone();
+        context.config = Arc::new(config);
+        credentials = Some(started);
+    }
     let names: Vec<&str> = controllers.iter().map(|c| c.canonical()).collect();
     tracing::info!(controllers = ?names, "starting controllers");
     if controllers.is_empty() {
         tracing::warn!("no controller is enabled; waiting for shutdown");
     }
-    run_controllers(context, &controllers, stop)
+    let result = run_controllers(context, &controllers, stop)
         .await
-        .map_err(|err| AppError::Controllers(err.to_string()))
+        .map_err(|err| AppError::Controllers(err.to_string()));
+    if let Some(credentials) = credentials {
+        credentials.stop().await;
+    }
+    result
 }
 
 /// Polls `/version` until the API server answers, for at most [`API_SERVER_WAIT`].

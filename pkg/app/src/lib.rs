@@ -31,6 +31,7 @@ pub mod duration;
 pub mod leader;
 pub mod logging;
 pub mod options;
+pub mod service_accounts;
 pub mod serving;
 pub mod validation;
 

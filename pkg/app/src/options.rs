@@ -88,6 +88,22 @@ pub struct Options {
     )]
     pub kube_api_burst: i64,
 
+    /// Give every controller an API client of its own that authenticates as the controller's ServiceAccount
+    /// in kube-system (named after the controller, e.g. cloud-node-controller), with tokens from the
+    /// TokenRequest API refreshed before they expire. Watches and events keep this process' credentials.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        action = ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        help_heading = "Kubernetes API"
+    )]
+    pub use_service_account_credentials: bool,
+
     /// Controllers to enable: `*` enables all, `name` enables one, `-name` disables one; first match wins.
     /// Names: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller (cloud-node-lifecycle),
     /// service-lb-controller (service), node-route-controller (route), pv-label-controller (pv-label).

@@ -82,6 +82,8 @@ pub struct AppConfig {
     pub kube_api_qps: f64,
     /// `--kube-api-burst`.
     pub kube_api_burst: u32,
+    /// `--use-service-account-credentials`: each controller writes as its own ServiceAccount.
+    pub use_service_account_credentials: bool,
     /// The controllers `--controllers` enables, in start order (before capability checks).
     pub controllers: Vec<ControllerName>,
     /// The settings handed to the controllers.
@@ -240,6 +242,8 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         concurrent_node_syncs,
         concurrent_service_syncs,
         node_deletion_max_percent,
+        // The controllers' own clients need the API server; they are made once leadership is won.
+        controller_clients: Default::default(),
     };
 
     Ok(AppConfig {
@@ -256,6 +260,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         master: options.master.clone().filter(|m| !m.is_empty()),
         kube_api_qps: options.kube_api_qps,
         kube_api_burst,
+        use_service_account_credentials: options.use_service_account_credentials,
         controllers,
         controller_config: Arc::new(controller_config),
         leader_election,
@@ -617,6 +622,32 @@ mod tests {
     }
 
     #[test]
+    fn service_account_credentials_flag() {
+        for (args, want) in [
+            (&[][..], false),
+            (&["--use-service-account-credentials"][..], true),
+            (&["--use-service-account-credentials=true"][..], true),
+            (&["--use-service-account-credentials=false"][..], false),
+        ] {
+            let config = validate(&options(args), &providers()).unwrap();
+            assert_eq!(config.use_service_account_credentials, want, "{args:?}");
+            assert!(config.controller_config.controller_clients.is_empty());
+        }
+        let err = Options::try_parse_from([
+            "ccm",
+            "--cloud-provider=fake",
+            "--use-service-account-credentials=maybe",
+        ])
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(
+            err.to_string()
+                .contains("invalid value 'maybe' for '--use-service-account-credentials[=<BOOL>]'"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn leader_election_checks_are_skipped_when_disabled() {
         assert!(errors_for(&["--leader-elect=false", "--leader-elect-retry-period=0s"]).is_empty());
         let config = validate(&options(&["--leader-elect=false"]), &providers()).unwrap();
@@ -671,6 +702,7 @@ mod tests {
         assert!(config.serving.is_none());
         assert_eq!(config.kube_api_qps, 5.5);
         assert_eq!(config.kube_api_burst, 7);
+        assert!(!config.use_service_account_credentials);
         let le = config.leader_election.unwrap();
         assert_eq!(le.lease_duration, Duration::from_secs(2));
         assert_eq!(le.namespace, "kube-system");

@@ -212,7 +212,8 @@ mod tests {
             .await
             .unwrap();
         let mut config = server.client_config().unwrap();
-        config.auth_info = serde_json::from_value(serde_json::json!({"token": "node-token"})).unwrap();
+        config.auth_info =
+            serde_json::from_value(serde_json::json!({"token": "node-token"})).unwrap();
         let own = kube::Client::try_from(config).unwrap();
         let mut clients = ControllerClients::new();
         assert!(clients.is_empty());

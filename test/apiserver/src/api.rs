@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::auth::IssuedToken;
 use crate::error::{ApiError, FieldError, quote};
 use crate::events;
 use crate::object;
 use crate::patch::{self, PatchError, PatchType};
-use crate::resources::{Backing, ResourceDef, Storage};
+use crate::resources::{Backing, ResourceDef, Storage, SubresourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::State;
 use crate::service;
@@ -739,7 +741,8 @@ pub(crate) fn create(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
     match def.backing {
         Backing::TokenReview => {
             let v = decode_body(def, &req.body)?;
-            return Ok(json_reply(201, &state.auth.token_review(&v)?));
+            let lookup = |ns: &str, name: &str| state.service_account_uid(ns, name);
+            return Ok(json_reply(201, &state.auth.token_review(&v, &lookup)?));
         }
         Backing::SubjectAccessReview => {
             let v = decode_body(def, &req.body)?;
@@ -760,6 +763,186 @@ pub(crate) fn create(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
     let v = to_storage(def, v);
     let created = do_create(state, def, req.ns(), v, req.dry_run())?;
     Ok(reply_created(def, created, 201))
+}
+
+// ---------------------------------------------------------------------------------------------
+// serviceaccounts/token
+
+/// The lifetime of a token when a TokenRequest does not ask for one (one hour, as upstream).
+const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+/// The longest lifetime a TokenRequest may ask for (2^32 seconds).
+const MAX_TOKEN_EXPIRATION_SECONDS: i64 = 1 << 32;
+
+fn duration_words(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 && secs.is_multiple_of(60) {
+        let minutes = secs / 60;
+        format!("{minutes} minute{}", if minutes == 1 { "" } else { "s" })
+    } else {
+        format!("{secs} second{}", if secs == 1 { "" } else { "s" })
+    }
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A JWT-shaped token with the claims a real service-account token carries. The signature part is
+/// random: this server recognizes the tokens it issued by looking them up, never by verifying them.
+fn service_account_jwt(claims: &Value) -> String {
+    let header = json!({"alg": "RS256", "kid": "test-apiserver"});
+    let mut signature = Vec::with_capacity(32);
+    signature.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    signature.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    format!(
+        "{}.{}.{}",
+        base64url(&serde_json::to_vec(&header).unwrap_or_default()),
+        base64url(&serde_json::to_vec(claims).unwrap_or_default()),
+        base64url(&signature)
+    )
+}
+
+/// POST `serviceaccounts/{name}/token`: a TokenRequest (authentication.k8s.io/v1) for an existing
+/// ServiceAccount. The token it answers authenticates as `system:serviceaccount:<ns>:<name>` until
+/// `expirationSeconds` have passed or the ServiceAccount is deleted.
+pub(crate) fn create_token(
+    state: &State,
+    req: &ApiRequest<'_>,
+    sub: &SubresourceDef,
+) -> Result<Reply, ApiError> {
+    check_create_content_type(req)?;
+    let body: Value = serde_json::from_slice(&req.body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: {e}",
+            sub.kind
+        ))
+    })?;
+    if !body.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: the body is not a JSON object",
+            sub.kind
+        )));
+    }
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = body.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if (!kind.is_empty() && kind != sub.kind)
+        || (!api_version.is_empty() && api_version != sub.api_version())
+    {
+        return Err(ApiError::bad_request(format!(
+            "{} in version {} cannot be handled as a {}",
+            if kind.is_empty() { sub.kind } else { kind },
+            quote(api_version),
+            sub.kind
+        )));
+    }
+    if let Err(e) = k8s_openapi::api::authentication::v1::TokenRequest::deserialize(&body)
+        && !e.to_string().starts_with("missing field")
+    {
+        return Err(ApiError::bad_request(format!(
+            "{} in version {} cannot be handled as a {}: {e}",
+            sub.kind,
+            quote(sub.version),
+            sub.kind
+        )));
+    }
+    let name = req.name().to_string();
+    let Some(account) = state.store.get(Storage::ServiceAccounts, &req.key()) else {
+        return Err(ApiError::not_found(req.def, &name));
+    };
+    let spec = &body["spec"];
+    if !spec["boundObjectRef"].is_null() {
+        return Err(ApiError::bad_request(
+            "spec.boundObjectRef: this server does not issue object-bound tokens",
+        ));
+    }
+    let expiration = spec["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
+    let shortest = state.cfg.min_token_expiration;
+    let invalid = |message: String| {
+        ApiError::invalid_named(
+            &format!("{}.{}", sub.kind, sub.group),
+            sub.group,
+            sub.kind,
+            &name,
+            &[FieldError::invalid(
+                "spec.expirationSeconds",
+                expiration.to_string(),
+                message,
+            )],
+        )
+    };
+    if expiration < i64::try_from(shortest.as_secs()).unwrap_or(i64::MAX) {
+        return Err(invalid(format!(
+            "may not specify a duration less than {}",
+            duration_words(shortest)
+        )));
+    }
+    if expiration > MAX_TOKEN_EXPIRATION_SECONDS {
+        return Err(invalid(
+            "may not specify a duration larger than 2^32 seconds".to_string(),
+        ));
+    }
+    let audiences: Vec<String> = spec["audiences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty())
+        .unwrap_or_else(|| vec![crate::auth::DEFAULT_AUDIENCE.to_string()]);
+    let namespace = req.ns().to_string();
+    let lifetime = Duration::from_secs(u64::try_from(expiration).unwrap_or(0));
+    let issued_at = jiff::Timestamp::now().as_second();
+    let expires_at = issued_at.saturating_add(expiration);
+    let claims = json!({
+        "aud": audiences,
+        "exp": expires_at,
+        "iat": issued_at,
+        "iss": crate::auth::DEFAULT_AUDIENCE,
+        "kubernetes.io": {
+            "namespace": namespace,
+            "serviceaccount": {"name": name, "uid": &*account.uid}
+        },
+        "nbf": issued_at,
+        "sub": format!("system:serviceaccount:{namespace}:{name}")
+    });
+    let token = service_account_jwt(&claims);
+    state.auth.issue(
+        &token,
+        IssuedToken {
+            namespace: namespace.clone(),
+            service_account: name.clone(),
+            uid: account.uid.to_string(),
+            audiences: audiences.clone(),
+            expires: std::time::Instant::now() + lifetime,
+        },
+    );
+    let timestamp = |secs: i64| {
+        jiff::Timestamp::from_second(secs)
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+    };
+    let reply = json!({
+        "kind": sub.kind,
+        "apiVersion": sub.api_version(),
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": timestamp(issued_at)
+        },
+        "spec": {
+            "audiences": audiences,
+            "expirationSeconds": expiration,
+            "boundObjectRef": null
+        },
+        "status": {
+            "token": token,
+            "expirationTimestamp": timestamp(expires_at)
+        }
+    });
+    Ok(json_reply(201, &reply))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,7 +969,7 @@ fn finalize_namespace(t: &mut Txn<'_>, ns: &str) {
     if ns.is_empty() || t.namespace(ns) != Some(true) {
         return;
     }
-    let empty = [Storage::Services, Storage::Events, Storage::Leases]
+    let empty = Storage::NAMESPACED
         .iter()
         .all(|s| t.keys_in_namespace(*s, ns).is_empty());
     if empty {
@@ -1103,7 +1286,7 @@ fn delete_namespace(state: &State, req: &ApiRequest<'_>, cur: &Stored) -> Result
         let key = (String::new(), name.clone());
         let stored = t.put(Storage::Namespaces, key, new);
         let body = view_full(def, &stored);
-        for s in [Storage::Services, Storage::Events, Storage::Leases] {
+        for s in Storage::NAMESPACED {
             for k in t.keys_in_namespace(s, &name) {
                 if let Some(obj) = t.get(s, &k) {
                     delete_in_txn(t, s, &k, &obj);

@@ -2,6 +2,7 @@
 //! SubjectAccessReview, which tests configure per token and per user.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -186,10 +187,54 @@ impl AccessRule {
     }
 }
 
+/// A token this server issued through a TokenRequest (`serviceaccounts/token`).
+#[derive(Debug, Clone)]
+pub(crate) struct IssuedToken {
+    /// Namespace of the ServiceAccount.
+    pub namespace: String,
+    /// Name of the ServiceAccount.
+    pub service_account: String,
+    /// The ServiceAccount's uid when the token was issued: a recreated account invalidates it.
+    pub uid: String,
+    /// The audiences the token is valid for.
+    pub audiences: Vec<String>,
+    /// When the token stops being accepted.
+    pub expires: Instant,
+}
+
+impl IssuedToken {
+    /// The identity the token authenticates as.
+    pub(crate) fn user(&self) -> UserInfo {
+        let mut user = UserInfo::new(
+            format!(
+                "system:serviceaccount:{}:{}",
+                self.namespace, self.service_account
+            ),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{}", self.namespace),
+                "system:authenticated",
+            ],
+        );
+        user.uid = Some(self.uid.clone());
+        user
+    }
+}
+
+/// Looks up the uid of a ServiceAccount by namespace and name (`None`: it does not exist).
+pub(crate) type AccountLookup<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
+
+/// `["a" "b"]`: how Go's `%q` prints a list of strings, as the real server's messages show them.
+fn go_quoted_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| crate::error::quote(i)).collect();
+    format!("[{}]", quoted.join(" "))
+}
+
 /// Token identities and access rules.
 #[derive(Debug, Default)]
 pub(crate) struct AuthConfig {
     identities: RwLock<HashMap<String, UserInfo>>,
+    issued: RwLock<HashMap<String, IssuedToken>>,
     rules: RwLock<Vec<AccessRule>>,
 }
 
@@ -202,6 +247,9 @@ pub(crate) enum Authn {
     UnknownToken,
     /// No token was presented.
     Anonymous,
+    /// A token this server issued that is no longer valid (expired, for another audience, or of a
+    /// ServiceAccount that was deleted): always answered 401, as a real server rejects it.
+    Rejected(String),
 }
 
 impl Authn {
@@ -210,7 +258,7 @@ impl Authn {
         match self {
             Authn::Known(u) => u.username.clone(),
             Authn::UnknownToken => "system:unknown-token".to_string(),
-            Authn::Anonymous => "system:anonymous".to_string(),
+            Authn::Anonymous | Authn::Rejected(_) => "system:anonymous".to_string(),
         }
     }
 }
@@ -224,6 +272,44 @@ impl AuthConfig {
         self.identities.write().remove(token).is_some()
     }
 
+    /// Remembers a token issued for a ServiceAccount.
+    pub(crate) fn issue(&self, token: &str, issued: IssuedToken) {
+        self.issued.write().insert(token.to_string(), issued);
+    }
+
+    /// How many issued tokens are still within their lifetime.
+    pub(crate) fn live_issued_tokens(&self) -> usize {
+        let now = Instant::now();
+        self.issued
+            .read()
+            .values()
+            .filter(|t| t.expires > now)
+            .count()
+    }
+
+    /// Checks an issued token for `audiences` (any one must match): the identity, or why the token
+    /// is not valid (the message a TokenReview reports).
+    fn check_issued(
+        issued: &IssuedToken,
+        audiences: &[String],
+        account_uid: AccountLookup<'_>,
+    ) -> Result<UserInfo, String> {
+        if Instant::now() >= issued.expires {
+            return Err("service account token has expired".to_string());
+        }
+        if !issued.audiences.iter().any(|a| audiences.contains(a)) {
+            return Err(format!(
+                "token audiences {} is invalid for the target audiences {}",
+                go_quoted_list(&issued.audiences),
+                go_quoted_list(audiences)
+            ));
+        }
+        match account_uid(&issued.namespace, &issued.service_account) {
+            Some(uid) if uid == issued.uid => Ok(issued.user()),
+            _ => Err("service account token has been invalidated".to_string()),
+        }
+    }
+
     pub(crate) fn add_rule(&self, rule: AccessRule) {
         self.rules.write().push(rule);
     }
@@ -232,8 +318,13 @@ impl AuthConfig {
         self.rules.write().clear();
     }
 
-    /// Authenticates an `Authorization` header value.
-    pub(crate) fn authenticate(&self, header: Option<&str>) -> Authn {
+    /// Authenticates an `Authorization` header value. Issued tokens are valid for the API audience
+    /// only while they have not expired and their ServiceAccount (same uid) exists.
+    pub(crate) fn authenticate(
+        &self,
+        header: Option<&str>,
+        account_uid: AccountLookup<'_>,
+    ) -> Authn {
         let Some(h) = header else {
             return Authn::Anonymous;
         };
@@ -242,16 +333,34 @@ impl AuthConfig {
             .or_else(|| h.strip_prefix("bearer "))
             .map(str::trim);
         match token {
-            Some(t) if !t.is_empty() => match self.identities.read().get(t) {
-                Some(u) => Authn::Known(u.clone()),
-                None => Authn::UnknownToken,
-            },
+            Some(t) if !t.is_empty() => {
+                if let Some(u) = self.identities.read().get(t) {
+                    return Authn::Known(u.clone());
+                }
+                match self.issued.read().get(t) {
+                    Some(issued) => {
+                        match Self::check_issued(
+                            issued,
+                            &[DEFAULT_AUDIENCE.to_string()],
+                            account_uid,
+                        ) {
+                            Ok(user) => Authn::Known(user),
+                            Err(why) => Authn::Rejected(why),
+                        }
+                    }
+                    None => Authn::UnknownToken,
+                }
+            }
             _ => Authn::Anonymous,
         }
     }
 
     /// Answers a TokenReview body (already decoded). 201 with the review, or 400.
-    pub(crate) fn token_review(&self, body: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn token_review(
+        &self,
+        body: &Value,
+        account_uid: AccountLookup<'_>,
+    ) -> Result<Value, ApiError> {
         let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
         let token = spec["token"].as_str().unwrap_or("");
         if token.is_empty() {
@@ -259,19 +368,45 @@ impl AuthConfig {
                 "token is required for TokenReview in authentication",
             ));
         }
-        let status = match self.identities.read().get(token) {
-            Some(user) => {
-                let audiences = spec
-                    .get("audiences")
-                    .filter(|a| a.as_array().is_some_and(|x| !x.is_empty()))
-                    .cloned();
-                json!({
-                    "authenticated": true,
-                    "user": user.review_json(),
-                    "audiences": audiences.unwrap_or_else(|| json!([DEFAULT_AUDIENCE]))
-                })
-            }
-            None => json!({"user": {}, "error": "invalid bearer token"}),
+        let requested: Option<Vec<String>> = spec
+            .get("audiences")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            });
+        let known = self.identities.read().get(token).cloned();
+        let status = match known {
+            Some(user) => json!({
+                "authenticated": true,
+                "user": user.review_json(),
+                "audiences": requested.map_or_else(|| json!([DEFAULT_AUDIENCE]), |a| json!(a))
+            }),
+            None => match self.issued.read().get(token) {
+                Some(issued) => {
+                    let wanted = requested.unwrap_or_else(|| vec![DEFAULT_AUDIENCE.to_string()]);
+                    match Self::check_issued(issued, &wanted, account_uid) {
+                        Ok(user) => {
+                            let matched: Vec<&String> = wanted
+                                .iter()
+                                .filter(|a| issued.audiences.contains(a))
+                                .collect();
+                            json!({
+                                "authenticated": true,
+                                "user": user.review_json(),
+                                "audiences": matched
+                            })
+                        }
+                        Err(why) => json!({
+                            "user": {},
+                            "error": format!("[invalid bearer token, {why}]")
+                        }),
+                    }
+                }
+                None => json!({"user": {}, "error": "invalid bearer token"}),
+            },
         };
         Ok(json!({
             "kind": "TokenReview",
@@ -391,7 +526,10 @@ mod tests {
                 &["system:serviceaccounts", "system:authenticated"],
             ),
         );
-        let ok = a.token_review(&json!({"spec":{"token":"good"}})).unwrap();
+        let none = |_: &str, _: &str| None;
+        let ok = a
+            .token_review(&json!({"spec":{"token":"good"}}), &none)
+            .unwrap();
         assert_eq!(ok["status"]["authenticated"], true);
         assert_eq!(
             ok["status"]["user"]["username"],
@@ -400,19 +538,111 @@ mod tests {
         assert_eq!(ok["status"]["audiences"], json!([DEFAULT_AUDIENCE]));
         assert!(ok["metadata"]["creationTimestamp"].is_null());
         let bad = a
-            .token_review(&json!({"spec":{"token":"bogus-token"}}))
+            .token_review(&json!({"spec":{"token":"bogus-token"}}), &none)
             .unwrap();
         assert_eq!(
             bad["status"],
             json!({"user": {}, "error": "invalid bearer token"})
         );
-        assert_eq!(a.token_review(&json!({"spec":{}})).unwrap_err().code, 400);
         assert_eq!(
-            a.authenticate(Some("Bearer good")),
+            a.token_review(&json!({"spec":{}}), &none).unwrap_err().code,
+            400
+        );
+        assert_eq!(
+            a.authenticate(Some("Bearer good"), &none),
             Authn::Known(a.identities.read()["good"].clone())
         );
-        assert_eq!(a.authenticate(Some("Bearer other")), Authn::UnknownToken);
-        assert_eq!(a.authenticate(None), Authn::Anonymous);
+        assert_eq!(
+            a.authenticate(Some("Bearer other"), &none),
+            Authn::UnknownToken
+        );
+        assert_eq!(a.authenticate(None, &none), Authn::Anonymous);
+    }
+
+    fn issued(expires_in: std::time::Duration, audiences: &[&str]) -> IssuedToken {
+        IssuedToken {
+            namespace: "kube-system".into(),
+            service_account: "cloud-node-controller".into(),
+            uid: "uid-1".into(),
+            audiences: audiences.iter().map(|a| (*a).to_string()).collect(),
+            expires: Instant::now() + expires_in,
+        }
+    }
+
+    #[test]
+    fn issued_tokens() {
+        let a = AuthConfig::default();
+        let hour = std::time::Duration::from_secs(3600);
+        a.issue("live", issued(hour, &[DEFAULT_AUDIENCE]));
+        a.issue("other-audience", issued(hour, &["vault"]));
+        a.issue(
+            "expired",
+            issued(std::time::Duration::ZERO, &[DEFAULT_AUDIENCE]),
+        );
+        let exists = |ns: &str, name: &str| {
+            (ns == "kube-system" && name == "cloud-node-controller").then(|| "uid-1".to_string())
+        };
+        let recreated = |_: &str, _: &str| Some("uid-2".to_string());
+        let Authn::Known(user) = a.authenticate(Some("Bearer live"), &exists) else {
+            panic!("the live token is not accepted");
+        };
+        assert_eq!(
+            user.username,
+            "system:serviceaccount:kube-system:cloud-node-controller"
+        );
+        assert_eq!(
+            user.groups,
+            [
+                "system:serviceaccounts",
+                "system:serviceaccounts:kube-system",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(user.uid.as_deref(), Some("uid-1"));
+        assert_eq!(
+            a.authenticate(Some("Bearer expired"), &exists),
+            Authn::Rejected("service account token has expired".into())
+        );
+        assert_eq!(
+            a.authenticate(Some("Bearer live"), &recreated),
+            Authn::Rejected("service account token has been invalidated".into())
+        );
+        assert!(matches!(
+            a.authenticate(Some("Bearer other-audience"), &exists),
+            Authn::Rejected(_)
+        ));
+        assert_eq!(a.live_issued_tokens(), 2);
+
+        let review = a
+            .token_review(&json!({"spec":{"token":"live"}}), &exists)
+            .unwrap();
+        assert_eq!(review["status"]["authenticated"], true);
+        assert_eq!(review["status"]["user"]["uid"], "uid-1");
+        assert_eq!(review["status"]["audiences"], json!([DEFAULT_AUDIENCE]));
+        let review = a
+            .token_review(
+                &json!({"spec":{"token":"live","audiences":["some-other-audience"]}}),
+                &exists,
+            )
+            .unwrap();
+        assert_eq!(
+            review["status"],
+            json!({"user": {}, "error": "[invalid bearer token, token audiences [\"https://kubernetes.default.svc.cluster.local\"] is invalid for the target audiences [\"some-other-audience\"]]"})
+        );
+        let review = a
+            .token_review(
+                &json!({"spec":{"token":"other-audience","audiences":["vault","x"]}}),
+                &exists,
+            )
+            .unwrap();
+        assert_eq!(review["status"]["audiences"], json!(["vault"]));
+        let review = a
+            .token_review(&json!({"spec":{"token":"expired"}}), &exists)
+            .unwrap();
+        assert_eq!(
+            review["status"]["error"],
+            "[invalid bearer token, service account token has expired]"
+        );
     }
 
     #[test]

@@ -471,6 +471,11 @@ impl Controls {
         self.state.auth.set_identity(token, user);
     }
 
+    /// How many tokens issued through `serviceaccounts/token` are within their lifetime.
+    pub fn live_service_account_tokens(&self) -> usize {
+        self.state.auth.live_issued_tokens()
+    }
+
     /// Forgets a token; false if it was unknown.
     pub fn remove_token(&self, token: &str) -> bool {
         self.state.auth.remove_identity(token)

@@ -68,6 +68,17 @@ fn resource_entries(defs: &[&'static ResourceDef]) -> Vec<Value> {
                 "verbs": resources::subresource_verbs()
             }));
         }
+        for sub in def.subresources {
+            out.push(json!({
+                "name": format!("{}/{}", def.plural, sub.name),
+                "singularName": "",
+                "namespaced": def.namespaced,
+                "group": sub.group,
+                "version": sub.version,
+                "kind": sub.kind,
+                "verbs": sub.verbs
+            }));
+        }
     }
     out
 }
@@ -145,6 +156,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "configmaps",
                 "events",
                 "namespaces",
                 "namespaces/status",
@@ -152,11 +164,20 @@ mod tests {
                 "nodes/status",
                 "persistentvolumes",
                 "persistentvolumes/status",
+                "serviceaccounts",
+                "serviceaccounts/token",
                 "services",
                 "services/status"
             ]
         );
-        let status = &v["resources"][4];
+        let token = &v["resources"][9];
+        assert_eq!(
+            token,
+            &json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                "verbs": ["create"]})
+        );
+        let status = &v["resources"][5];
         assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
         assert!(status.get("shortNames").is_none());
     }

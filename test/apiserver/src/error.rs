@@ -348,7 +348,8 @@ impl ApiError {
         )
     }
 
-    fn invalid_named(
+    /// 422 naming the object as `qualified` (e.g. `TokenRequest.authentication.k8s.io`).
+    pub(crate) fn invalid_named(
         qualified: &str,
         group: &str,
         kind: &str,

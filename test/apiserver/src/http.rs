@@ -15,7 +15,7 @@ use crate::auth::Authn;
 use crate::controls::{self, Controls, RequestKey, RequestRecord};
 use crate::discovery;
 use crate::error::ApiError;
-use crate::resources::{self, ResourceDef};
+use crate::resources::{self, ResourceDef, SubresourceDef};
 use crate::server::State;
 use crate::watch;
 
@@ -78,6 +78,64 @@ struct Route {
     namespace: Option<String>,
     name: Option<String>,
     subresource: Option<String>,
+    /// The subresource's definition when it is not `status` (e.g. `serviceaccounts/token`).
+    extra: Option<&'static SubresourceDef>,
+}
+
+/// The Kubernetes verb of a request from its method and shape (also for requests that cannot be
+/// routed, so that the request log names them).
+fn verb_of(method: &Method, named: bool, watch: bool) -> Option<&'static str> {
+    Some(match (method, named) {
+        (&Method::GET, _) if watch => "watch",
+        (&Method::GET, true) => "get",
+        (&Method::GET, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => return None,
+    })
+}
+
+/// The request-log entry of an `/api` or `/apis` request that could not be routed (an unknown
+/// resource or subresource, or a verb the resource does not serve), read from its path as far as it
+/// goes. `None` for other paths.
+fn unrouted_record(
+    method: &Method,
+    segs: &[&str],
+    q: &Query,
+    user: String,
+    code: u16,
+) -> Option<RequestRecord> {
+    let (group, version, rest) = match segs {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return None,
+    };
+    let (watch_path, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    let (namespace, plural, after) = match rest {
+        ["namespaces", ns, plural, after @ ..] => (*ns, *plural, after),
+        [plural, after @ ..] => ("", *plural, after),
+        [] => ("", "", rest),
+    };
+    let name = after.first().copied().unwrap_or("");
+    let verb = verb_of(method, !name.is_empty(), watch_path || q.flag("watch"))
+        .map_or_else(|| method.as_str().to_ascii_lowercase(), str::to_string);
+    Some(RequestRecord {
+        verb,
+        group: group.to_string(),
+        version: version.to_string(),
+        resource: plural.to_string(),
+        subresource: after.get(1..).map(|s| s.join("/")).unwrap_or_default(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        user,
+        code,
+    })
 }
 
 /// Routes `/api/v1/...` and `/apis/{group}/{version}/...` below the discovery documents.
@@ -108,13 +166,29 @@ fn route(method: &Method, segs: &[&str], q: &Query) -> Result<Route, ApiError> {
     }
     let name = after.first().map(|s| (*s).to_string());
     let subresource = after.get(1).map(|s| (*s).to_string());
-    if let Some(sub) = &subresource
-        && (sub != "status" || !def.status_subresource)
-    {
-        return Err(ApiError::unknown_resource());
-    }
+    let extra = match subresource.as_deref() {
+        None => None,
+        Some("status") if def.status_subresource => None,
+        Some(sub) => Some(
+            def.subresource(sub)
+                .ok_or_else(ApiError::unknown_resource)?,
+        ),
+    };
     if def.namespaced && namespace.is_none() && name.is_some() {
         return Err(ApiError::unknown_resource());
+    }
+    if let Some(sub) = extra {
+        let verb = verb_of(method, true, false)
+            .filter(|v| !watch_path && sub.verbs.contains(v))
+            .ok_or_else(ApiError::method_not_allowed)?;
+        return Ok(Route {
+            verb,
+            def,
+            namespace,
+            name,
+            subresource,
+            extra,
+        });
     }
     let verb = if watch_path {
         if *method != Method::GET {
@@ -151,6 +225,7 @@ fn route(method: &Method, segs: &[&str], q: &Query) -> Result<Route, ApiError> {
         namespace,
         name,
         subresource,
+        extra: None,
     })
 }
 
@@ -207,8 +282,13 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         path.as_str(),
         "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
     );
-    let authn = state.auth.authenticate(header(AUTHORIZATION).as_deref());
-    if state.cfg.require_auth && !matches!(authn, Authn::Known(_)) && !public {
+    let lookup = |ns: &str, name: &str| state.service_account_uid(ns, name);
+    let authn = state
+        .auth
+        .authenticate(header(AUTHORIZATION).as_deref(), &lookup);
+    let rejected = matches!(authn, Authn::Rejected(_))
+        || (state.cfg.require_auth && !matches!(authn, Authn::Known(_)));
+    if rejected && !public {
         return error_response(&ApiError::unauthorized());
     }
     match path.as_str() {
@@ -262,7 +342,14 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
 
     let route = match route(&parts.method, &segs, &query) {
         Ok(r) => r,
-        Err(e) => return error_response(&e),
+        Err(e) => {
+            if let Some(record) =
+                unrouted_record(&parts.method, &segs, &query, authn.username(), e.code)
+            {
+                state.controls.record(record);
+            }
+            return error_response(&e);
+        }
     };
     let key = RequestKey {
         verb: route.verb.to_string(),
@@ -305,15 +392,17 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         content_type: header(CONTENT_TYPE),
         body: bytes,
     };
-    let result = match route.verb {
-        "get" => api::get(&state, &api_req),
-        "list" => api::list(&state, &api_req).await,
-        "watch" => api::watch(&state, &api_req),
-        "create" => api::create(&state, &api_req),
-        "update" => api::update(&state, &api_req),
-        "patch" => api::patch(&state, &api_req),
-        "delete" => api::delete(&state, &api_req),
-        "deletecollection" => api::delete_collection(&state, &api_req),
+    let result = match (route.verb, route.extra) {
+        ("create", Some(sub)) if sub.name == "token" => api::create_token(&state, &api_req, sub),
+        (_, Some(_)) => Err(ApiError::method_not_allowed()),
+        ("get", None) => api::get(&state, &api_req),
+        ("list", None) => api::list(&state, &api_req).await,
+        ("watch", None) => api::watch(&state, &api_req),
+        ("create", None) => api::create(&state, &api_req),
+        ("update", None) => api::update(&state, &api_req),
+        ("patch", None) => api::patch(&state, &api_req),
+        ("delete", None) => api::delete(&state, &api_req),
+        ("deletecollection", None) => api::delete_collection(&state, &api_req),
         _ => Err(ApiError::method_not_allowed()),
     };
     let resp = match result {
@@ -373,6 +462,45 @@ mod tests {
         assert_eq!((x.verb, x.def.plural), ("create", "leases"));
         let x = r(Method::GET, "/api/v1/watch/namespaces/default/events", "").unwrap();
         assert_eq!(x.verb, "watch");
+        let x = r(
+            Method::POST,
+            "/api/v1/namespaces/kube-system/serviceaccounts/sa/token",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            (x.verb, x.subresource.as_deref(), x.extra.map(|e| e.kind)),
+            ("create", Some("token"), Some("TokenRequest"))
+        );
+        assert_eq!(
+            r(
+                Method::GET,
+                "/api/v1/namespaces/kube-system/serviceaccounts/sa/token",
+                ""
+            )
+            .err()
+            .unwrap()
+            .code,
+            405
+        );
+        assert_eq!(
+            r(
+                Method::POST,
+                "/api/v1/namespaces/default/services/s/token",
+                ""
+            )
+            .err()
+            .unwrap()
+            .code,
+            404
+        );
+        let x = r(
+            Method::GET,
+            "/api/v1/namespaces/kube-system/configmaps/c",
+            "",
+        )
+        .unwrap();
+        assert_eq!((x.verb, x.def.kind), ("get", "ConfigMap"));
         assert_eq!(r(Method::GET, "/api/v1/pods", "").err().unwrap().code, 404);
         assert_eq!(
             r(Method::GET, "/api/v1/nodes/a/proxy", "")
@@ -410,6 +538,42 @@ mod tests {
         assert_eq!(
             r(Method::POST, "/api/v1/services", "").err().unwrap().code,
             405
+        );
+    }
+
+    #[test]
+    fn unrouted_requests_are_described() {
+        let segs = ["api", "v1", "namespaces", "default", "pods", "web-0", "log"];
+        let rec = unrouted_record(&Method::GET, &segs, &Query::default(), "u".into(), 404).unwrap();
+        assert_eq!(
+            (
+                rec.verb.as_str(),
+                rec.resource.as_str(),
+                rec.namespace.as_str(),
+                rec.name.as_str(),
+                rec.subresource.as_str(),
+                rec.code
+            ),
+            ("get", "pods", "default", "web-0", "log", 404)
+        );
+        let segs = ["apis", "apps", "v1", "watch", "deployments"];
+        let rec = unrouted_record(&Method::GET, &segs, &Query::default(), "u".into(), 404).unwrap();
+        assert_eq!(
+            (rec.verb.as_str(), rec.group.as_str(), rec.resource.as_str()),
+            ("watch", "apps", "deployments")
+        );
+        let segs = ["api", "v1", "nodes"];
+        let rec = unrouted_record(&Method::PUT, &segs, &Query::default(), "u".into(), 405).unwrap();
+        assert_eq!((rec.verb.as_str(), rec.code), ("update", 405));
+        assert!(
+            unrouted_record(
+                &Method::GET,
+                &["metrics"],
+                &Query::default(),
+                "u".into(),
+                404
+            )
+            .is_none()
         );
     }
 

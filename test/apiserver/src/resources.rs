@@ -10,17 +10,30 @@ pub(crate) enum Storage {
     Namespaces,
     Events,
     Leases,
+    ServiceAccounts,
+    ConfigMaps,
 }
 
 impl Storage {
     /// Every storage, in table order.
-    pub(crate) const ALL: [Storage; 6] = [
+    pub(crate) const ALL: [Storage; 8] = [
         Storage::Nodes,
         Storage::Services,
         Storage::PersistentVolumes,
         Storage::Namespaces,
         Storage::Events,
         Storage::Leases,
+        Storage::ServiceAccounts,
+        Storage::ConfigMaps,
+    ];
+
+    /// The namespaced storages: what a namespace deletion empties.
+    pub(crate) const NAMESPACED: [Storage; 5] = [
+        Storage::Services,
+        Storage::Events,
+        Storage::Leases,
+        Storage::ServiceAccounts,
+        Storage::ConfigMaps,
     ];
 
     /// Index into per-storage arrays.
@@ -40,6 +53,28 @@ pub(crate) enum Backing {
     SubjectAccessReview,
 }
 
+/// A subresource other than `status`, served by a handler of its own (e.g. `serviceaccounts/token`,
+/// whose requests and answers are objects of another group and kind).
+#[derive(Debug)]
+pub(crate) struct SubresourceDef {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+impl SubresourceDef {
+    /// `group/version` of the subresource's objects.
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
 /// One served API resource.
 #[derive(Debug)]
 pub(crate) struct ResourceDef {
@@ -53,6 +88,8 @@ pub(crate) struct ResourceDef {
     pub categories: &'static [&'static str],
     pub storage_version_hash: &'static str,
     pub status_subresource: bool,
+    /// Subresources besides `status`.
+    pub subresources: &'static [SubresourceDef],
     pub backing: Backing,
 }
 
@@ -119,6 +156,11 @@ impl ResourceDef {
     pub(crate) fn allows(&self, verb: &str) -> bool {
         self.verbs.contains(&verb)
     }
+
+    /// A subresource other than `status`, by name.
+    pub(crate) fn subresource(&self, name: &str) -> Option<&'static SubresourceDef> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
 }
 
 /// Every resource the server serves.
@@ -134,6 +176,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "r2yiGXH7wu8=",
         status_subresource: false,
+        subresources: &[],
         backing: Backing::Stored(Storage::Events),
     },
     ResourceDef {
@@ -149,6 +192,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "Q3oi5N2YM8M=",
         status_subresource: true,
+        subresources: &[],
         backing: Backing::Stored(Storage::Namespaces),
     },
     ResourceDef {
@@ -162,6 +206,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "XwShjMxG9Fs=",
         status_subresource: true,
+        subresources: &[],
         backing: Backing::Stored(Storage::Nodes),
     },
     ResourceDef {
@@ -175,6 +220,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "HN/zwEC+JgM=",
         status_subresource: true,
+        subresources: &[],
         backing: Backing::Stored(Storage::PersistentVolumes),
     },
     ResourceDef {
@@ -188,7 +234,42 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &["all"],
         storage_version_hash: "0/CO1lhkEBI=",
         status_subresource: true,
+        subresources: &[],
         backing: Backing::Stored(Storage::Services),
+    },
+    ResourceDef {
+        group: "",
+        version: "v1",
+        plural: "serviceaccounts",
+        kind: "ServiceAccount",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &["sa"],
+        categories: &[],
+        storage_version_hash: "pbx9ZvyFpBE=",
+        status_subresource: false,
+        subresources: &[SubresourceDef {
+            name: "token",
+            group: "authentication.k8s.io",
+            version: "v1",
+            kind: "TokenRequest",
+            verbs: &["create"],
+        }],
+        backing: Backing::Stored(Storage::ServiceAccounts),
+    },
+    ResourceDef {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        kind: "ConfigMap",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &["cm"],
+        categories: &[],
+        storage_version_hash: "qFsyl6wFWjQ=",
+        status_subresource: false,
+        subresources: &[],
+        backing: Backing::Stored(Storage::ConfigMaps),
     },
     ResourceDef {
         group: "events.k8s.io",
@@ -201,6 +282,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "r2yiGXH7wu8=",
         status_subresource: false,
+        subresources: &[],
         backing: Backing::Stored(Storage::Events),
     },
     ResourceDef {
@@ -214,6 +296,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "gqkMMb/YqFM=",
         status_subresource: false,
+        subresources: &[],
         backing: Backing::Stored(Storage::Leases),
     },
     ResourceDef {
@@ -227,6 +310,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "",
         status_subresource: false,
+        subresources: &[],
         backing: Backing::TokenReview,
     },
     ResourceDef {
@@ -240,6 +324,7 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         categories: &[],
         storage_version_hash: "",
         status_subresource: false,
+        subresources: &[],
         backing: Backing::SubjectAccessReview,
     },
 ];

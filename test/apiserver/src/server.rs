@@ -31,6 +31,8 @@ pub(crate) struct Config {
     pub default_watch_timeout: Duration,
     pub list_wait: Duration,
     pub max_body: usize,
+    /// The shortest `expirationSeconds` a TokenRequest may ask for.
+    pub min_token_expiration: Duration,
 }
 
 /// Everything a request handler needs.
@@ -47,6 +49,16 @@ impl State {
     /// `host:port` of the server, as `/api` reports it.
     pub(crate) fn server_address(&self) -> String {
         self.address.get().cloned().unwrap_or_default()
+    }
+
+    /// The uid of a ServiceAccount, if it exists (what issued tokens are checked against).
+    pub(crate) fn service_account_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        self.store
+            .get(
+                crate::resources::Storage::ServiceAccounts,
+                &(namespace.to_string(), name.to_string()),
+            )
+            .map(|sa| sa.uid.to_string())
     }
 }
 
@@ -70,6 +82,7 @@ pub struct Builder {
     not_ready_taint: bool,
     request_log_capacity: usize,
     watch_channel_capacity: usize,
+    min_token_expiration: Duration,
 }
 
 impl Default for Builder {
@@ -92,6 +105,7 @@ impl Default for Builder {
             not_ready_taint: true,
             request_log_capacity: 100_000,
             watch_channel_capacity: 4096,
+            min_token_expiration: Duration::from_secs(600),
         }
     }
 }
@@ -200,6 +214,13 @@ impl Builder {
     /// How many changes a watcher may fall behind before its stream is ended (default 4096).
     pub fn watch_channel_capacity(mut self, changes: usize) -> Self {
         self.watch_channel_capacity = changes;
+        self
+    }
+
+    /// The shortest lifetime a TokenRequest may ask for in `spec.expirationSeconds` (default 10
+    /// minutes, as a real server enforces; lower it to test token expiry and refresh quickly).
+    pub fn min_token_expiration(mut self, shortest: Duration) -> Self {
+        self.min_token_expiration = shortest;
         self
     }
 
@@ -314,6 +335,7 @@ impl TestApiServer {
                 default_watch_timeout: b.default_watch_timeout,
                 list_wait: b.list_wait,
                 max_body: 3 * 1024 * 1024,
+                min_token_expiration: b.min_token_expiration.max(Duration::from_secs(1)),
             },
             shutdown: shutdown_rx.clone(),
             address: OnceLock::new(),

@@ -45,6 +45,16 @@ pub(crate) fn behaviour(s: Storage) -> Behaviour {
             create_on_update: true,
             return_deleted_object: false,
         },
+        Storage::ServiceAccounts => Behaviour {
+            unconditional_update: true,
+            create_on_update: false,
+            return_deleted_object: true,
+        },
+        Storage::ConfigMaps => Behaviour {
+            unconditional_update: true,
+            create_on_update: false,
+            return_deleted_object: false,
+        },
     }
 }
 
@@ -111,7 +121,10 @@ pub(crate) fn selectable_fields(s: Storage, v: &Value) -> Vec<(&'static str, Str
             v["status"]["phase"].as_str().unwrap_or("").to_string(),
         )],
         Storage::Events => events::selectable_fields(v),
-        Storage::PersistentVolumes | Storage::Leases => Vec::new(),
+        Storage::PersistentVolumes
+        | Storage::Leases
+        | Storage::ServiceAccounts
+        | Storage::ConfigMaps => Vec::new(),
     }
 }
 
@@ -214,7 +227,7 @@ pub(crate) fn defaults(s: Storage, v: &mut Value) {
         Storage::PersistentVolumes => default_pv(v),
         Storage::Namespaces => default_namespace(v),
         Storage::Events => events::normalize_core(v),
-        Storage::Leases => {}
+        Storage::Leases | Storage::ServiceAccounts | Storage::ConfigMaps => {}
     }
     object::order_keys(v);
 }
@@ -350,6 +363,73 @@ fn validate_lease(v: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// The characters of a ConfigMap key, as the real server's error message states them.
+const CONFIG_KEY_MESSAGE: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+
+fn config_key(key: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if key.is_empty()
+        || !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        errs.push(CONFIG_KEY_MESSAGE.to_string());
+    }
+    if key.len() > 253 {
+        errs.push("must be no more than 253 characters".to_string());
+    }
+    if key == "." || key == ".." {
+        errs.push(format!("must not be '{key}'"));
+    } else if key.starts_with("..") {
+        errs.push("must not start with '..'".to_string());
+    }
+    errs
+}
+
+/// ConfigMap checks: the keys of `data` and `binaryData`, and no key in both.
+fn validate_config_map(v: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let data = v["data"].as_object();
+    for (field, map) in [("data", data), ("binaryData", v["binaryData"].as_object())] {
+        let Some(map) = map else { continue };
+        for key in map.keys() {
+            for m in config_key(key) {
+                errs.push(FieldError::invalid_str(format!("{field}[{key}]"), key, m));
+            }
+            if field == "binaryData" && data.is_some_and(|d| d.contains_key(key)) {
+                errs.push(FieldError::invalid_str(
+                    format!("binaryData[{key}]"),
+                    key,
+                    "duplicate of key present in data",
+                ));
+            }
+        }
+    }
+    errs
+}
+
+/// An immutable ConfigMap keeps its data, and stays immutable.
+fn validate_config_map_update(new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if old["immutable"].as_bool() == Some(true) {
+        if new["immutable"].as_bool() != Some(true) {
+            errs.push(FieldError::forbidden(
+                "immutable",
+                "field is immutable when `immutable` is set",
+            ));
+        }
+        for field in ["data", "binaryData"] {
+            if new[field] != old[field] {
+                errs.push(FieldError::forbidden(
+                    field,
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+        }
+    }
+    errs
+}
+
 /// Validation of a new object (stored shape). `namespace` is the request namespace.
 pub(crate) fn validate_create(def: &ResourceDef, v: &Value, namespace: &str) -> Vec<FieldError> {
     let Some(s) = def.storage() else {
@@ -365,6 +445,7 @@ pub(crate) fn validate_create(def: &ResourceDef, v: &Value, namespace: &str) -> 
                 Storage::Nodes => validate_node_spec(v),
                 Storage::PersistentVolumes => validate_pv(v),
                 Storage::Leases => validate_lease(v),
+                Storage::ConfigMaps => validate_config_map(v),
                 _ => Vec::new(),
             });
             errs
@@ -425,6 +506,10 @@ pub(crate) fn validate_update(
                         .filter(|e| !e.field.starts_with("metadata.")),
                 );
             }
+        }
+        Storage::ConfigMaps => {
+            errs.extend(validate_create(def, new, namespace));
+            errs.extend(validate_config_map_update(new, old));
         }
         _ => errs.extend(validate_create(def, new, namespace)),
     }
@@ -499,6 +584,7 @@ pub(crate) fn bookmark_body(def: &ResourceDef) -> Map<String, Value> {
         Some(Storage::Leases) => {
             m.insert("spec".into(), json!({}));
         }
+        Some(Storage::ServiceAccounts | Storage::ConfigMaps) => {}
         Some(Storage::Events) => {
             let mut ev = json!({});
             events::normalize_core(&mut ev);
@@ -563,6 +649,8 @@ pub(crate) fn decode_check(def: &ResourceDef, v: &Value) -> Result<(), String> {
         (Backing::Stored(Storage::Events), true) => typed::<api::events::v1::Event>(v),
         (Backing::Stored(Storage::Events), false) => typed::<api::core::v1::Event>(v),
         (Backing::Stored(Storage::Leases), _) => typed::<api::coordination::v1::Lease>(v),
+        (Backing::Stored(Storage::ServiceAccounts), _) => typed::<api::core::v1::ServiceAccount>(v),
+        (Backing::Stored(Storage::ConfigMaps), _) => typed::<api::core::v1::ConfigMap>(v),
         (Backing::TokenReview, _) => typed::<api::authentication::v1::TokenReview>(v),
         (Backing::SubjectAccessReview, _) => {
             typed::<api::authorization::v1::SubjectAccessReview>(v)

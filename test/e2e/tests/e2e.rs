@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail, ensure};
 use ccm_e2e::harness::{CCM_SERVICE_ACCOUNT, LocalOptions};
 use ccm_e2e::kubelet::SimulatedNode;
-use ccm_e2e::rbac::{ApiRequest, RbacManifest};
+use ccm_e2e::rbac::RbacManifest;
 use ccm_e2e::well_known::*;
 use ccm_e2e::{Check, Harness, HarnessConfig, Mode, wait_for};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Service};
@@ -979,34 +979,13 @@ fn rbac_honesty(s: &Suite) -> anyhow::Result<()> {
     let local =
         s.h.local()
             .ok_or_else(|| anyhow!("RBAC honesty needs the local API server's request log"))?;
-    let mut requests = local.ccm_requests();
+    let requests = local.ccm_requests();
     ensure!(
         !requests.is_empty(),
         "the request log has no request of the CCM's identity"
     );
-    // At start-up the CCM reads the client CA from kube-system/extension-apiserver-authentication. The local
-    // API server does not serve ConfigMaps and answers 404 before its request log sees the request, so the
-    // read is taken from the CCM's own log, where the failed lookup is reported, when the log of requests
-    // lacks it.
-    let lookup = ApiRequest {
-        verb: "get".into(),
-        group: String::new(),
-        resource: "configmaps".into(),
-        subresource: String::new(),
-        namespace: "kube-system".into(),
-        name: "extension-apiserver-authentication".into(),
-    };
-    if !requests.contains(&lookup)
-        && local.replicas().iter().any(|r| {
-            r.log_text()
-                .contains("kube-system/extension-apiserver-authentication")
-        })
-    {
-        println!(
-            "e2e:   the client-CA ConfigMap lookup is known from the CCM's log (the local API server has no ConfigMaps)"
-        );
-        requests.push(lookup);
-    }
+    // At start-up the CCM reads the client CA from kube-system/extension-apiserver-authentication; the
+    // local API server serves ConfigMaps, so the lookup is in the request log like every other call.
     let path = ccm_e2e::ccm::workspace_root()
         .join("deploy")
         .join("rbac.yaml");

@@ -106,7 +106,7 @@ impl NodeRouteController {
     /// Creates the controller and subscribes it to the shared node informer.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         NodeRouteController {
-            client: ctx.client.clone(),
+            client: ctx.client_for(ControllerName::NodeRoute),
             cloud: ctx.cloud.clone(),
             cluster_name: ctx.config.cluster_name.clone(),
             cluster_cidrs: ctx.config.cluster_cidrs.clone(),

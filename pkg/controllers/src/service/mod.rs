@@ -162,7 +162,7 @@ impl ServiceLbController {
     /// Creates the controller and subscribes it to the shared node and service informers.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         let shared = Shared {
-            client: ctx.client.clone(),
+            client: ctx.client_for(ControllerName::ServiceLb),
             cloud: ctx.cloud.clone(),
             cluster_name: ctx.config.cluster_name.clone(),
             workers: ctx.config.concurrent_service_syncs.max(1),
