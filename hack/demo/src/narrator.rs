@@ -58,6 +58,12 @@ fn describe_node_change(node: &Node, before: Option<&NodeView>) -> Vec<String> {
     let now = NodeView::of(node);
     let mut lines = Vec::new();
     let Some(before) = before else {
+        // The watch may first see a node after the CCM already handled it: tell both steps.
+        let seen_late = NodeView {
+            uninitialized: true,
+            routed: false,
+            ..now.clone()
+        };
         let ip = node
             .status
             .as_ref()
@@ -74,6 +80,9 @@ fn describe_node_change(node: &Node, before: Option<&NodeView>) -> Vec<String> {
                 ""
             }
         ));
+        if !now.uninitialized && now.provider_id.is_some() {
+            lines.extend(describe_node_change(node, Some(&seen_late)));
+        }
         return lines;
     };
     if before.uninitialized && !now.uninitialized {
