@@ -420,7 +420,8 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            // A real server also lists YAML and protobuf; this one speaks JSON only and says so.
+            "the body of the request was in an unknown format - accepted media types include: application/json",
             None,
         )
     }
@@ -429,7 +430,7 @@ impl ApiError {
         Self::new(
             406,
             "NotAcceptable",
-            "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            "only the following media types are accepted: application/json",
             None,
         )
     }
