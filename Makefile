@@ -29,8 +29,9 @@ e2e: ## The end-to-end suite against an embedded API server, the CCM running as 
 e2e-kind: ## The end-to-end suite against a kind cluster (needs docker and kind).
 	hack/e2e-kind.sh
 
-bench: ## Whole-process benchmarks (figures are printed; see README).
-	$(CARGO) run --release --locked $(FEATURES) -p ccm-bench --
+bench: ## Whole-process benchmarks of the release daemon (figures: test/bench/README.md).
+	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
+	$(CARGO) run --release --locked -p ccm-bench --
 
 fmt: ## Format the code.
 	$(CARGO) fmt --all

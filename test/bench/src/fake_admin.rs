@@ -1,0 +1,101 @@
+//! A small HTTP/1.1 client for the fake cloud's admin API (plain HTTP on a loopback address), used to read
+//! and reset the per-operation call counters and to count the load balancers the cloud holds.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http::{Method, Request, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// How long one admin request may take, connection included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The admin API of the fake cloud running inside the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct FakeAdmin {
+    addr: SocketAddr,
+}
+
+impl FakeAdmin {
+    /// A client for the admin API listening on `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        FakeAdmin { addr }
+    }
+
+    async fn request(&self, method: Method, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        let what = format!("{method} http://{}{path}", self.addr);
+        tokio::time::timeout(REQUEST_TIMEOUT, self.request_inner(method, path))
+            .await
+            .with_context(|| format!("{what}: no answer within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| what)
+    }
+
+    async fn request_inner(&self, method: Method, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        let stream = TcpStream::connect(self.addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, self.addr.to_string())
+            .body(Empty::<Bytes>::new())?;
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+
+    /// Calls per cloud operation since the start or the last reset.
+    pub async fn calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let (status, body) = self.request(Method::GET, "/calls").await?;
+        if status != 200 {
+            bail!(
+                "GET /calls answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        serde_json::from_slice(&body).context("GET /calls: unexpected body")
+    }
+
+    /// Zeroes the call counters.
+    pub async fn reset_calls(&self) -> anyhow::Result<()> {
+        let (status, body) = self.request(Method::DELETE, "/calls").await?;
+        if status != 204 {
+            bail!(
+                "DELETE /calls answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(())
+    }
+
+    /// The number of load balancers the cloud holds.
+    pub async fn load_balancer_count(&self) -> anyhow::Result<usize> {
+        let (status, body) = self.request(Method::GET, "/loadbalancers").await?;
+        if status != 200 {
+            bail!(
+                "GET /loadbalancers answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        let list: Vec<serde_json::Value> =
+            serde_json::from_slice(&body).context("GET /loadbalancers: unexpected body")?;
+        Ok(list.len())
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound once and released, so another process can take it).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a free loopback port")?;
+    Ok(listener.local_addr()?.port())
+}

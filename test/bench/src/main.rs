@@ -1,0 +1,264 @@
+//! `ccm-bench`: whole-process benchmarks of the cloud-controller-manager.
+//!
+//! Each scenario starts the in-memory API server (`test_apiserver`, in this process), runs the release
+//! build of the daemon as a separate process with the fake provider (every cloud call delayed by 20 ms),
+//! creates the workload, timestamps every object's completion through a watch, and reports wall time,
+//! per-object latency percentiles, the daemon's API requests and cloud calls per object, the events
+//! stored, and the daemon's peak RSS and CPU time, as a Markdown table. See `README.md`.
+//!
+//! ```text
+//! cargo build --release -p cloud-controller-manager
+//! cargo run --release -p ccm-bench -- [--scenario a,b,c,d,d-paced] [--nodes N] [--write FILE]
+//! ```
+
+mod cluster;
+mod daemon;
+mod fake_admin;
+mod report;
+mod scenario;
+mod tracker;
+mod workload;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+use crate::report::Outcome;
+use crate::scenario::{Kind, RunSettings, Scenario};
+
+/// Whole-process benchmarks of the cloud-controller-manager (the daemon runs as a separate process
+/// against an in-memory API server, with the fake cloud provider).
+#[derive(Debug, Parser)]
+#[command(name = "ccm-bench", max_term_width = 110)]
+struct Args {
+    /// Scenarios to run, comma-separated: a, b, c, d, d-paced, or all.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    scenario: Vec<String>,
+    /// Nodes of the node scenarios (a, b, c), instead of their defaults.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Services of the load-balancer scenarios (d, d-paced), instead of 2,000.
+    #[arg(long)]
+    services: Option<usize>,
+    /// --kube-api-qps of the daemon, instead of the scenario's.
+    #[arg(long)]
+    qps: Option<f64>,
+    /// --kube-api-burst of the daemon, instead of the scenario's.
+    #[arg(long)]
+    burst: Option<u32>,
+    /// --concurrent-node-syncs of the daemon, instead of the scenario's.
+    #[arg(long)]
+    node_workers: Option<u32>,
+    /// --concurrent-service-syncs of the daemon, instead of the scenario's.
+    #[arg(long)]
+    service_workers: Option<u32>,
+    /// Latency of every fake cloud call, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    latency_ms: u64,
+    /// Lifecycle scenario: percent of the nodes whose instance is stopped.
+    #[arg(long, default_value_t = 5)]
+    stopped_percent: u32,
+    /// Lifecycle scenario: percent of the nodes whose instance is terminated.
+    #[arg(long, default_value_t = 5)]
+    terminated_percent: u32,
+    /// Load-balancer scenarios: Ready nodes that exist before the services.
+    #[arg(long, default_value_t = 100)]
+    lb_nodes: usize,
+    /// Services created per second by d-paced.
+    #[arg(long, default_value_t = 200.0)]
+    service_rate: f64,
+    /// Longest wait for every object of a scenario to complete, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Longest wait after the last completion for the expected events to be stored, in seconds.
+    #[arg(long, default_value_t = 60)]
+    event_drain: u64,
+    /// Concurrent create requests of the workload.
+    #[arg(long, default_value_t = 64)]
+    create_concurrency: usize,
+    /// The daemon binary (default: target/release/cloud-controller-manager).
+    #[arg(long)]
+    daemon: Option<PathBuf>,
+    /// An extra daemon flag (repeatable), e.g. --daemon-arg=--node-monitor-period=2s.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
+    /// An extra environment variable of the daemon (repeatable), e.g. --daemon-env=MALLOC_ARENA_MAX=2.
+    #[arg(long = "daemon-env", value_parser = parse_env)]
+    daemon_env: Vec<(String, String)>,
+    /// Append the results (table and details) to this file.
+    #[arg(long)]
+    write: Option<PathBuf>,
+}
+
+/// `KEY=VALUE`.
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+impl Args {
+    fn scenarios(&self) -> anyhow::Result<Vec<Scenario>> {
+        let mut ids: Vec<&str> = Vec::new();
+        for id in &self.scenario {
+            match id.trim() {
+                "all" => ids.extend(Scenario::ALL),
+                other => ids.push(other),
+            }
+        }
+        let mut out = Vec::new();
+        for id in ids {
+            let Some(mut s) = Scenario::preset(id) else {
+                bail!(
+                    "unknown scenario {id:?} (known: {}, all)",
+                    Scenario::ALL.join(", ")
+                );
+            };
+            match s.kind {
+                Kind::NodeInit | Kind::Lifecycle => {
+                    s.objects = self.nodes.unwrap_or(s.objects);
+                }
+                Kind::LoadBalancers => {
+                    s.objects = self.services.unwrap_or(s.objects);
+                    s.lb_nodes = self.lb_nodes;
+                    if s.create_rate > 0.0 {
+                        s.create_rate = self.service_rate;
+                    }
+                }
+            }
+            s.qps = self.qps.unwrap_or(s.qps);
+            s.burst = self.burst.unwrap_or(s.burst);
+            s.node_workers = self.node_workers.unwrap_or(s.node_workers);
+            s.service_workers = self.service_workers.unwrap_or(s.service_workers);
+            s.stopped_percent = self.stopped_percent;
+            s.terminated_percent = self.terminated_percent;
+            if s.stopped_percent + s.terminated_percent > 100 {
+                bail!("--stopped-percent plus --terminated-percent exceeds 100");
+            }
+            out.push(s);
+        }
+        Ok(out)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let scenarios = args.scenarios()?;
+    let settings = RunSettings {
+        binary: args.daemon.clone().unwrap_or_else(daemon::default_binary),
+        extra_flags: args.daemon_args.clone(),
+        extra_env: args.daemon_env.clone(),
+        latency_ms: args.latency_ms,
+        timeout: Duration::from_secs(args.timeout),
+        event_drain: Duration::from_secs(args.event_drain),
+        create_concurrency: args.create_concurrency,
+    };
+    if !settings.binary.is_file() {
+        bail!(
+            "the daemon binary {} does not exist; build it with `cargo build --release -p \
+             cloud-controller-manager` (or pass --daemon PATH)",
+            settings.binary.display()
+        );
+    }
+    eprintln!(
+        "ccm-bench: {} cores, load {}, daemon {}, cloud latency {} ms",
+        report::cores(),
+        report::load_average(),
+        settings.binary.display(),
+        settings.latency_ms
+    );
+
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for s in &scenarios {
+        eprintln!("[{}] {}", s.id, s.title());
+        let outcome = match scenario::run(s, &settings).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                eprintln!("[{}] failed: {error:#}", s.id);
+                Outcome::failed(s.id, &s.title(), &error)
+            }
+        };
+        eprint!("{}", report::table(std::slice::from_ref(&outcome)));
+        outcomes.push(outcome);
+    }
+
+    let header = format!(
+        "Run at {} on {} cores (load average at start {}), fake cloud latency {} ms per call, daemon {}.\n",
+        k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
+        report::cores(),
+        outcomes
+            .first()
+            .map(|o| o.load.clone())
+            .unwrap_or_else(report::load_average),
+        settings.latency_ms,
+        settings.binary.display(),
+    );
+    let text = format!(
+        "{header}\n{}\n{}",
+        report::table(&outcomes),
+        report::details(&outcomes)
+    );
+    println!("{text}");
+    if let Some(path) = &args.write {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        writeln!(file, "{text}").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if outcomes.iter().any(|o| !o.failures.is_empty()) {
+        bail!("some scenarios failed (see the table)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_apply_to_the_matching_scenarios() {
+        let args = Args::parse_from([
+            "ccm-bench",
+            "--scenario=a,d",
+            "--nodes=10",
+            "--services=20",
+            "--qps=50",
+            "--daemon-arg=--node-monitor-period=1s",
+            "--daemon-env=MALLOC_ARENA_MAX=2",
+        ]);
+        let s = args.scenarios().unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].id, s[0].objects, s[0].qps), ("a", 10, 50.0));
+        assert_eq!((s[1].id, s[1].objects, s[1].qps), ("d", 20, 50.0));
+        assert_eq!(args.daemon_args, ["--node-monitor-period=1s"]);
+        assert_eq!(
+            args.daemon_env,
+            [("MALLOC_ARENA_MAX".to_string(), "2".to_string())]
+        );
+        assert!(parse_env("novalue").is_err());
+        assert!(parse_env("=x").is_err());
+        let all = Args::parse_from(["ccm-bench"]).scenarios().unwrap();
+        assert_eq!(all.len(), Scenario::ALL.len());
+        assert!(
+            Args::parse_from(["ccm-bench", "--scenario=x"])
+                .scenarios()
+                .is_err()
+        );
+        assert!(
+            Args::parse_from([
+                "ccm-bench",
+                "--stopped-percent=60",
+                "--terminated-percent=50"
+            ])
+            .scenarios()
+            .is_err()
+        );
+    }
+}
