@@ -211,14 +211,48 @@ pub fn trim_metadata<K: Resource>(obj: &mut K) {
     }
 }
 
-/// [`trim_metadata`] plus the bulky node status lists no controller or provider needs: container images
-/// and volume attachments. Addresses, conditions, capacity and `nodeInfo` are kept.
+/// [`trim_metadata`] plus the node status no controller or provider reads: container images, volume
+/// attachments, `nodeInfo`, capacity, allocatable, daemon endpoints, config, runtime handlers, features and
+/// phase. The spec, addresses and conditions are kept.
 pub fn trim_node(node: &mut Node) {
     trim_metadata(node);
     if let Some(status) = node.status.as_mut() {
         status.images = None;
         status.volumes_attached = None;
         status.volumes_in_use = None;
+        status.node_info = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.daemon_endpoints = None;
+        status.config = None;
+        status.runtime_handlers = None;
+        status.features = None;
+        status.phase = None;
+    }
+}
+
+/// A copy of `node` with only what cloud providers read from the nodes handed to them: name, UID, labels,
+/// annotations, the spec (provider ID, taints, pod CIDRs) and the status addresses and conditions. Used for
+/// the node lists of cloud calls so that they do not duplicate whole store objects.
+pub fn slim_node(node: &Node) -> Node {
+    let meta = &node.metadata;
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+            labels: meta.labels.clone(),
+            annotations: meta.annotations.clone(),
+            ..Default::default()
+        },
+        spec: node.spec.clone(),
+        status: node
+            .status
+            .as_ref()
+            .map(|s| k8s_openapi::api::core::v1::NodeStatus {
+                addresses: s.addresses.clone(),
+                conditions: s.conditions.clone(),
+                ..Default::default()
+            }),
     }
 }
 
@@ -385,8 +419,16 @@ mod tests {
             }]),
             ..NodeStatus::default()
         });
+        let full = node.clone();
         trim_node(&mut node);
         assert!(node.metadata.managed_fields.is_none());
+        let slim = slim_node(&full);
+        assert!(slim.status.as_ref().unwrap().images.is_none());
+        assert_eq!(slim.metadata.name, full.metadata.name);
+        assert_eq!(
+            slim.status.as_ref().unwrap().addresses,
+            full.status.as_ref().unwrap().addresses
+        );
         let annotations = node.metadata.annotations.as_ref().unwrap();
         assert_eq!(annotations.len(), 1);
         assert_eq!(annotations["keep"], "me");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use cloud_controllers::ControllerName;
 use common::*;
 use provider_fake::{FakeConfig, FaultKind, FaultSpec};
-use test_apiserver::FaultRule;
+use test_apiserver::{FaultRule, LatencyRule};
 
 const NODES_PER_BURST: usize = 60;
 const BURSTS: usize = 3;
@@ -65,7 +65,27 @@ async fn node_fault_run_every_node_ends_initialized() {
         h.controls.close_watches();
         h.controls.compact();
     }
-    // The compactions forced the node informer to list again (the first list plus at least one more).
+    // Whether those compactions beat the informer's reconnect is a race; make one re-list certain: hold new
+    // node watches back while the history moves past the informer's last resourceVersion, so its reconnect
+    // gets 410 Expired and it has to list again.
+    h.controls.add_latency(
+        LatencyRule::new(Duration::from_millis(500))
+            .verb("watch")
+            .resource("nodes"),
+    );
+    h.controls.close_watches();
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(h.client.clone());
+    let marker = serde_json::from_value(serde_json::json!({"metadata": {"name": "relist-marker"}}))
+        .expect("a valid Namespace");
+    namespaces
+        .create(&Default::default(), &marker)
+        .await
+        .expect("creating a namespace moves the resourceVersion");
+    h.controls.compact();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    h.controls.clear_latency();
+    // The informer listed again (the first list plus at least one more).
     wait_until(
         Duration::from_secs(30),
         "node informer re-listed",

@@ -21,7 +21,10 @@ pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<Node>]) -> Vec<Metad
         return Vec::new();
     }
     if let Some(v2) = cloud.instances_v2() {
-        let owned: Vec<Node> = nodes.iter().map(|n| (**n).clone()).collect();
+        let owned: Vec<Node> = nodes
+            .iter()
+            .map(|n| crate::informers::slim_node(n))
+            .collect();
         let mut results = v2.instance_metadata_bulk(&owned).await;
         if results.len() != nodes.len() {
             let message = format!(

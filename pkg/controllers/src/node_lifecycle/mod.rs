@@ -378,7 +378,10 @@ pub async fn instance_states(
         let calls: Vec<_> = nodes
             .chunks(STATE_CHUNK)
             .map(|chunk| async move {
-                let owned: Vec<Node> = chunk.iter().map(|n| (**n).clone()).collect();
+                let owned: Vec<Node> = chunk
+                    .iter()
+                    .map(|n| crate::informers::slim_node(n))
+                    .collect();
                 let mut states = v2.instance_states(&owned).await;
                 if states.len() != chunk.len() {
                     let message = format!(

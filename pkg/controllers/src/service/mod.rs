@@ -47,7 +47,7 @@ use crate::names::ControllerName;
 use crate::workqueue::WorkQueue;
 
 use predicates::{
-    NodeSetKey, SyncFingerprint, current_status, has_cleanup_finalizer, load_balancer_nodes,
+    SyncFingerprint, current_status, has_cleanup_finalizer, load_balancer_nodes,
     load_balancer_status_equal, should_delete, should_enqueue, wants_load_balancer,
 };
 
@@ -141,8 +141,10 @@ struct Shared {
     cache: Mutex<HashMap<String, Arc<Service>>>,
     /// Per-Service locks serializing syncs and host updates of the same Service.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// The current load-balancer nodes.
-    hosts: RwLock<Arc<Vec<Node>>>,
+    /// The load-balancer nodes, built from the node store on the first load-balancer operation that needs
+    /// them and dropped whenever a node's load-balancer view changes. Nothing is held while no
+    /// LoadBalancer Service is synced.
+    hosts: RwLock<Option<Arc<Vec<Node>>>>,
 }
 
 /// `namespace/name` of a Service.
@@ -173,7 +175,7 @@ impl ServiceLbController {
             queue: WorkQueue::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY),
             cache: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
-            hosts: RwLock::new(Arc::new(Vec::new())),
+            hosts: RwLock::new(None),
         };
         ServiceLbController {
             shared: Arc::new(shared),
@@ -215,10 +217,9 @@ impl ServiceLbController {
             _ = shutdown.cancelled() => return Ok(()),
             result = synced => result?,
         }
-        // One snapshot of the nodes seeds both the hosts and the change detection, so that every later
-        // change arrives as an event.
+        // One snapshot of the nodes seeds the change detection, so that every later change arrives as an
+        // event.
         let nodes = shared.nodes.state();
-        let initial = shared.refresh_hosts_from(&nodes);
         let seen_nodes: HashMap<String, NodeView> = nodes
             .iter()
             .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
@@ -227,7 +228,7 @@ impl ServiceLbController {
         tracing::info!(
             controller = %ControllerName::ServiceLb,
             workers = shared.workers,
-            hosts = shared.hosts.read().len(),
+            hosts = seen_nodes.values().filter(|v| v.eligible).count(),
             "caches synced; starting workers"
         );
 
@@ -241,7 +242,6 @@ impl ServiceLbController {
             shared.clone(),
             node_events,
             seen_nodes,
-            initial,
             shutdown.clone(),
         ));
         for _ in 0..shared.workers {
@@ -317,28 +317,111 @@ async fn watch_services(
 async fn watch_nodes(
     shared: Arc<Shared>,
     mut events: InformerEvents<Node>,
-    mut seen: HashMap<String, NodeView>,
-    mut synced: NodeSetKey,
+    seen: HashMap<String, NodeView>,
     shutdown: CancellationToken,
 ) {
+    let mut nodes = NodeTracker {
+        seen,
+        unsynced: HashMap::new(),
+    };
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
             event = events.recv() => event,
         };
         let Some(event) = event else { return };
-        let mut changed = apply_node_event(&shared, &mut seen, event);
+        let mut changed = nodes.apply(&shared, event);
         // Coalesce everything that is already waiting.
         while let Ok(event) = events.try_recv() {
-            changed |= apply_node_event(&shared, &mut seen, event);
+            changed |= nodes.apply(&shared, event);
         }
         if changed {
-            let current = shared.refresh_hosts();
-            if current != synced {
-                synced = current;
-                shared.node_sync(&shutdown).await;
+            shared.invalidate_hosts();
+        }
+        if !nodes.unsynced.is_empty() {
+            nodes.unsynced.clear();
+            shared.node_sync(&shutdown).await;
+        }
+    }
+}
+
+/// The load-balancer view of every node, and the difference of the load-balancer node set (by name and
+/// provider ID) to the one the load balancers were last updated with.
+#[derive(Debug, Default)]
+struct NodeTracker {
+    /// The view of every node in the store, by name.
+    seen: HashMap<String, NodeView>,
+    /// For every node whose set membership changed since the last node sync: its membership then (the
+    /// provider ID when it was a load-balancer node). Empty when the set is the synced one.
+    unsynced: HashMap<String, Option<String>>,
+}
+
+impl NodeTracker {
+    /// Records a node notification; true when the load-balancer view of the nodes changed.
+    fn apply(&mut self, shared: &Shared, event: InformerEvent<Node>) -> bool {
+        match event {
+            InformerEvent::Applied(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                self.set(name, Some(NodeView::of(&node)))
+            }
+            InformerEvent::Deleted(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                self.set(name, None)
+            }
+            InformerEvent::Resynced => {
+                let fresh: HashMap<String, NodeView> = shared
+                    .nodes
+                    .state()
+                    .iter()
+                    .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+                    .collect();
+                let gone: Vec<String> = self
+                    .seen
+                    .keys()
+                    .filter(|k| !fresh.contains_key(*k))
+                    .cloned()
+                    .collect();
+                let mut changed = false;
+                for name in gone {
+                    changed |= self.set(name, None);
+                }
+                for (name, view) in fresh {
+                    changed |= self.set(name, Some(view));
+                }
+                changed
             }
         }
+    }
+
+    /// Replaces the view of one node (`None`: the node is gone); true when it changed.
+    fn set(&mut self, name: String, view: Option<NodeView>) -> bool {
+        let new_member = view.as_ref().and_then(NodeView::member);
+        let old = match view {
+            Some(view) => {
+                if self.seen.get(&name) == Some(&view) {
+                    return false;
+                }
+                self.seen.insert(name.clone(), view)
+            }
+            None => match self.seen.remove(&name) {
+                Some(old) => Some(old),
+                None => return false,
+            },
+        };
+        let old_member = old.as_ref().and_then(NodeView::member);
+        if old_member != new_member {
+            let back_to_synced = match self.unsynced.get(&name) {
+                Some(synced) => *synced == new_member,
+                None => {
+                    self.unsynced.insert(name.clone(), old_member);
+                    false
+                }
+            };
+            if back_to_synced {
+                self.unsynced.remove(&name);
+            }
+        }
+        true
     }
 }
 
@@ -351,41 +434,17 @@ struct NodeView {
 }
 
 impl NodeView {
+    /// The node's place in the load-balancer node set: its provider ID when it is a member.
+    fn member(&self) -> Option<String> {
+        self.eligible
+            .then(|| self.provider_id.clone().unwrap_or_default())
+    }
+
     fn of(node: &Node) -> Self {
         NodeView {
             eligible: predicates::is_load_balancer_node(node),
             provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
             addresses: node.status.as_ref().and_then(|s| s.addresses.clone()),
-        }
-    }
-}
-
-/// Records a node notification; true when the load-balancer view of the nodes changed.
-fn apply_node_event(
-    shared: &Shared,
-    seen: &mut HashMap<String, NodeView>,
-    event: InformerEvent<Node>,
-) -> bool {
-    match event {
-        InformerEvent::Applied(node) => {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let view = NodeView::of(&node);
-            seen.insert(name, view.clone()) != Some(view)
-        }
-        InformerEvent::Deleted(node) => {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            seen.remove(&name).is_some()
-        }
-        InformerEvent::Resynced => {
-            let fresh: HashMap<String, NodeView> = shared
-                .nodes
-                .state()
-                .iter()
-                .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
-                .collect();
-            let changed = fresh != *seen;
-            *seen = fresh;
-            changed
         }
     }
 }
@@ -443,17 +502,25 @@ impl Shared {
         seen.insert(key, SyncFingerprint::of(service));
     }
 
-    /// Recomputes the load-balancer nodes from the node store; returns the identity of the new set.
-    fn refresh_hosts(&self) -> NodeSetKey {
-        self.refresh_hosts_from(&self.nodes.state())
+    /// The current load-balancer nodes, built from the node store when no current list is held.
+    fn hosts(&self) -> Arc<Vec<Node>> {
+        if let Some(hosts) = self.hosts.read().as_ref() {
+            return hosts.clone();
+        }
+        let mut held = self.hosts.write();
+        if let Some(hosts) = held.as_ref() {
+            return hosts.clone();
+        }
+        let hosts = Arc::new(load_balancer_nodes(
+            self.nodes.state().iter().map(|n| n.as_ref()),
+        ));
+        *held = Some(hosts.clone());
+        hosts
     }
 
-    /// Recomputes the load-balancer nodes from `nodes`; returns the identity of the new set.
-    fn refresh_hosts_from(&self, nodes: &[Arc<Node>]) -> NodeSetKey {
-        let hosts = load_balancer_nodes(nodes.iter().map(|n| n.as_ref()));
-        let key = NodeSetKey::of(&hosts);
-        *self.hosts.write() = Arc::new(hosts);
-        key
+    /// Drops the held load-balancer nodes after a node changed; the next operation rebuilds them.
+    fn invalidate_hosts(&self) {
+        *self.hosts.write() = None;
     }
 
     fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -688,7 +755,7 @@ impl Shared {
             })?;
             Arc::new(updated)
         };
-        let hosts = self.hosts.read().clone();
+        let hosts = self.hosts();
         if hosts.is_empty() {
             self.publish(
                 &service,
@@ -821,7 +888,6 @@ impl Shared {
     /// update fails is queued for a full sync (which ensures it with the current nodes) with the usual
     /// retry delays.
     async fn node_sync(&self, shutdown: &CancellationToken) {
-        let hosts = self.hosts.read().clone();
         let keys: Vec<String> = self
             .cache
             .lock()
@@ -829,6 +895,10 @@ impl Shared {
             .filter(|(_, s)| wants_load_balancer(s))
             .map(|(k, _)| k.clone())
             .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let hosts = self.hosts();
         tracing::info!(
             controller = %ControllerName::ServiceLb,
             nodes = hosts.len(),
@@ -967,6 +1037,52 @@ mod tests {
     fn run_future_is_send(controller: ServiceLbController) {
         let future = controller.run(CancellationToken::new());
         assert_send_static(&future);
+    }
+
+    fn view(eligible: bool, provider_id: &str) -> NodeView {
+        NodeView {
+            eligible,
+            provider_id: Some(provider_id.to_string()),
+            addresses: None,
+        }
+    }
+
+    #[test]
+    fn node_tracker_reports_set_changes_exactly() {
+        let mut tracker = NodeTracker::default();
+        // A new load-balancer node changes the set.
+        assert!(tracker.set("a".into(), Some(view(true, "fake://a"))));
+        assert_eq!(tracker.unsynced.len(), 1);
+        tracker.unsynced.clear();
+        // The same view again changes nothing.
+        assert!(!tracker.set("a".into(), Some(view(true, "fake://a"))));
+        // Another address is a view change but not a set change.
+        let mut moved = view(true, "fake://a");
+        moved.addresses = Some(Vec::new());
+        assert!(tracker.set("a".into(), Some(moved)));
+        assert!(tracker.unsynced.is_empty());
+        // Excluded, then eligible again before a sync: back to the synced set.
+        assert!(tracker.set("a".into(), Some(view(false, "fake://a"))));
+        assert_eq!(
+            tracker.unsynced.get("a"),
+            Some(&Some("fake://a".to_string()))
+        );
+        assert!(tracker.set("a".into(), Some(view(true, "fake://a"))));
+        assert!(tracker.unsynced.is_empty());
+        // A new provider ID changes the set; deletion of an unknown node does not.
+        assert!(tracker.set("a".into(), Some(view(true, "fake://b"))));
+        assert_eq!(tracker.unsynced.len(), 1);
+        assert!(!tracker.set("ghost".into(), None));
+        // A node that is not a load-balancer node comes and goes without changing the set.
+        assert!(tracker.set("c".into(), Some(view(false, "fake://c"))));
+        assert!(tracker.set("c".into(), None));
+        assert_eq!(tracker.unsynced.len(), 1);
+        // Deleting the member whose change is pending leaves a real difference (it was synced as a member).
+        assert!(tracker.set("a".into(), None));
+        assert_eq!(
+            tracker.unsynced.get("a"),
+            Some(&Some("fake://a".to_string()))
+        );
     }
 
     #[test]

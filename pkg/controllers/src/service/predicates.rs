@@ -222,11 +222,12 @@ impl NodeSetKey {
 }
 
 /// Filters nodes down to the load-balancer backends, sorted by name so the provider sees a stable order.
+/// Each is a [`slim_node`](crate::informers::slim_node) copy.
 pub fn load_balancer_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Vec<Node> {
     let mut hosts: Vec<Node> = nodes
         .into_iter()
         .filter(|n| is_load_balancer_node(n))
-        .cloned()
+        .map(crate::informers::slim_node)
         .collect();
     hosts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     hosts
