@@ -97,6 +97,13 @@ async fn lifecycle_stopped_instances_are_tainted_and_terminated_ones_deleted() {
             .is_some_and(|n| has_shutdown_taint(&n))
     })
     .await;
+    // Events are written by the recorder's own task, after the deletion it announces may already be done.
+    wait_until(TIMEOUT, "DeletingNode event for gone-1", || async {
+        !events_for(&h.client, "gone-1", "DeletingNode")
+            .await
+            .is_empty()
+    })
+    .await;
     let deleting = events_for(&h.client, "gone-1", "DeletingNode").await;
     assert_eq!(deleting.len(), 1);
     assert_eq!(deleting[0].type_.as_deref(), Some("Normal"));
