@@ -271,12 +271,11 @@ async fn lifecycle_checks_not_ready_nodes_with_one_bulk_call_per_pass() {
     })
     .await;
     let states = cloud.call_count("instance_states");
-    tokio::time::sleep(Duration::from_millis(450)).await;
-    let per_pass = cloud.call_count("instance_states") - states;
-    assert!(
-        (1..=4).contains(&per_pass),
-        "{per_pass} bulk calls in ~2 passes"
-    );
+    // About five passes of 200 ms: one bulk call each for all 60 NotReady nodes (per-node checks would
+    // make hundreds). The bounds leave room for a slow machine.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let calls = cloud.call_count("instance_states") - states;
+    assert!((1..=8).contains(&calls), "{calls} bulk calls in ~5 passes");
     assert_eq!(cloud.call_count("instance_exists"), 0);
     assert_eq!(cloud.call_count("instance_shutdown"), 0);
     assert_eq!(
