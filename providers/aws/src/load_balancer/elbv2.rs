@@ -314,9 +314,7 @@ impl AwsCloud {
                 ))
             })
             .collect();
-        let changes: Vec<LoadBalancerAttribute> = wanted
-            .iter()
-            .filter(|(k, v)| current.get(*k) != Some(*v))
+        let changes: Vec<LoadBalancerAttribute> = attribute_changes(wanted, &current)
             .map(|(k, v)| LoadBalancerAttribute::builder().key(k).value(v).build())
             .collect();
         if changes.is_empty() {
@@ -670,9 +668,7 @@ impl AwsCloud {
                 ))
             })
             .collect();
-        let changes: Vec<TargetGroupAttribute> = wanted
-            .iter()
-            .filter(|(k, v)| current.get(*k) != Some(*v))
+        let changes: Vec<TargetGroupAttribute> = attribute_changes(wanted, &current)
             .map(|(k, v)| TargetGroupAttribute::builder().key(k).value(v).build())
             .collect();
         if changes.is_empty() {
@@ -774,8 +770,35 @@ impl AwsCloud {
     }
 }
 
+/// The wanted attributes whose value differs from (or is missing in) the current ones: what a
+/// Modify*Attributes call has to send. Load-balancer and target-group attributes share this rule.
+fn attribute_changes<'a>(
+    wanted: &'a BTreeMap<String, String>,
+    current: &'a HashMap<String, String>,
+) -> impl Iterator<Item = (&'a String, &'a String)> {
+    wanted.iter().filter(|(k, v)| current.get(*k) != Some(*v))
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn attribute_changes_are_the_differing_or_missing_wanted_values() {
+        let wanted = BTreeMap::from([
+            ("same".to_string(), "1".to_string()),
+            ("changed".to_string(), "true".to_string()),
+            ("missing".to_string(), "x".to_string()),
+        ]);
+        let current = HashMap::from([
+            ("same".to_string(), "1".to_string()),
+            ("changed".to_string(), "false".to_string()),
+            ("unrelated".to_string(), "y".to_string()),
+        ]);
+        let changes: Vec<(&str, &str)> = attribute_changes(&wanted, &current)
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(changes, [("changed", "true"), ("missing", "x")]);
+    }
     use super::*;
 
     fn listener(protocol: &str, tg: &str, certs: &[&str], policy: Option<&str>) -> ListenerInfo {
