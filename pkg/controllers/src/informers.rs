@@ -1,22 +1,21 @@
 //! Shared informers: one watch per resource type (nodes, services, persistentvolumes) for the whole
 //! process, each feeding a reflector store that every controller reads.
 //!
-//! Controllers subscribe before the informers start, either with a kube-runtime [`ReflectHandle`] (usable
-//! with `kube::runtime::Controller::for_shared_stream`, or as a stream of `Arc<K>`), or with an
-//! [`InformerEvents`] receiver that also reports deletions and complete re-lists. Only the resource types
-//! somebody asked for (a store or a subscription) are watched. Objects are trimmed before they are stored
-//! ([`trim_node`], [`trim_metadata`]) to keep memory flat at scale.
+//! Controllers read the stores and subscribe before the informers start with an [`InformerEvents`] receiver,
+//! which reports changes, deletions and complete re-lists. Only the resource types somebody asked for (a
+//! store or a subscription) are watched. Objects are reduced before they are stored to keep memory flat at
+//! scale: nodes to a [`CachedNode`], Services and PersistentVolumes by [`trim_metadata`].
 
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Service};
 use kube::Api;
 use kube::Resource;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store, store_shared};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -24,11 +23,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::cached_node::CachedNode;
 use crate::error::ControllersError;
 
-/// Buffer of the kube-runtime subscription channel (object references; a full buffer slows the watch
-/// until every [`ReflectHandle`] has caught up).
-const SUBSCRIPTION_BUFFER: usize = 8_192;
 /// Page size of the initial and recovery lists.
 const LIST_PAGE_SIZE: u32 = 500;
 
@@ -55,31 +52,33 @@ enum Readiness {
     Stopped,
 }
 
-struct Informer<K>
+/// Watches objects of type `K` and stores them as `T` (`K` itself, trimmed, or a projection).
+struct Informer<K, T>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    T: Resource<DynamicType = ()> + Clone + 'static,
 {
     resource: &'static str,
-    /// Drops fields no controller reads before an object enters the store (memory at scale).
-    trim: fn(&mut K),
-    store: Store<K>,
+    /// Reduces an object to what the controllers read before it enters the store (memory at scale).
+    project: fn(K) -> T,
+    store: Store<T>,
     /// Readiness for any number of concurrent waiters (kube-runtime's `Store::wait_until_ready` wakes
     /// only the most recent of several concurrent waiters).
     ready: tokio::sync::watch::Sender<Readiness>,
-    writer: Mutex<Option<Writer<K>>>,
-    subscribers: Mutex<Vec<mpsc::UnboundedSender<InformerEvent<K>>>>,
+    writer: Mutex<Option<Writer<T>>>,
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<InformerEvent<T>>>>,
     wanted: AtomicBool,
 }
 
-impl<K> Informer<K>
+impl<K, T> Informer<K, T>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    fn new(resource: &'static str, trim: fn(&mut K)) -> Self {
-        let (store, writer) = store_shared(SUBSCRIPTION_BUFFER);
+    fn new(resource: &'static str, project: fn(K) -> T) -> Self {
+        let (store, writer) = reflector::store();
         Informer {
             resource,
-            trim,
+            project,
             store,
             ready: tokio::sync::watch::Sender::new(Readiness::Pending),
             writer: Mutex::new(Some(writer)),
@@ -88,31 +87,19 @@ where
         }
     }
 
-    fn store(&self) -> Store<K> {
+    fn store(&self) -> Store<T> {
         self.wanted.store(true, Ordering::SeqCst);
         self.store.clone()
     }
 
-    fn subscribe(&self) -> ReflectHandle<K> {
-        self.wanted.store(true, Ordering::SeqCst);
-        let writer = self.writer.lock();
-        match writer.as_ref().and_then(|w| w.subscribe()) {
-            Some(handle) => handle,
-            None => panic!(
-                "the {} informer was already started: subscribe before SharedInformers::start",
-                self.resource
-            ),
-        }
-    }
-
-    fn events(&self) -> InformerEvents<K> {
+    fn events(&self) -> InformerEvents<T> {
         self.wanted.store(true, Ordering::SeqCst);
         let (tx, rx) = mpsc::unbounded_channel();
         self.subscribers.lock().push(tx);
         rx
     }
 
-    fn broadcast(&self, make: impl Fn() -> InformerEvent<K>) {
+    fn broadcast(&self, make: impl Fn() -> InformerEvent<T>) {
         self.subscribers.lock().retain(|tx| tx.send(make()).is_ok());
     }
 
@@ -133,12 +120,13 @@ where
         }))
     }
 
-    async fn run(&self, api: Api<K>, writer: Writer<K>, shutdown: CancellationToken) {
+    async fn run(&self, api: Api<K>, writer: Writer<T>, shutdown: CancellationToken) {
         let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
+        let project = self.project;
         let stream = watcher(api, config)
             .default_backoff()
-            .modify(self.trim)
-            .reflect_shared(writer);
+            .map_ok(move |event| project_event(event, project))
+            .reflect(writer);
         let mut stream = std::pin::pin!(stream);
         tracing::debug!(resource = self.resource, "informer started");
         loop {
@@ -199,6 +187,17 @@ where
     }
 }
 
+/// The same watcher event about the projected object.
+fn project_event<K, T>(event: watcher::Event<K>, project: fn(K) -> T) -> watcher::Event<T> {
+    match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(project(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(project(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(project(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 /// Annotation `kubectl apply` keeps the whole previous object in.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -211,56 +210,17 @@ pub fn trim_metadata<K: Resource>(obj: &mut K) {
     }
 }
 
-/// [`trim_metadata`] plus the node status no controller or provider reads: container images, volume
-/// attachments, `nodeInfo`, capacity, allocatable, daemon endpoints, config, runtime handlers, features and
-/// phase. The spec, addresses and conditions are kept.
-pub fn trim_node(node: &mut Node) {
-    trim_metadata(node);
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.node_info = None;
-        status.capacity = None;
-        status.allocatable = None;
-        status.daemon_endpoints = None;
-        status.config = None;
-        status.runtime_handlers = None;
-        status.features = None;
-        status.phase = None;
-    }
-}
-
-/// A copy of `node` with only what cloud providers read from the nodes handed to them: name, UID, labels,
-/// annotations, the spec (provider ID, taints, pod CIDRs) and the status addresses and conditions. Used for
-/// the node lists of cloud calls so that they do not duplicate whole store objects.
-pub fn slim_node(node: &Node) -> Node {
-    let meta = &node.metadata;
-    Node {
-        metadata: kube::api::ObjectMeta {
-            name: meta.name.clone(),
-            uid: meta.uid.clone(),
-            labels: meta.labels.clone(),
-            annotations: meta.annotations.clone(),
-            ..Default::default()
-        },
-        spec: node.spec.clone(),
-        status: node
-            .status
-            .as_ref()
-            .map(|s| k8s_openapi::api::core::v1::NodeStatus {
-                addresses: s.addresses.clone(),
-                conditions: s.conditions.clone(),
-                ..Default::default()
-            }),
-    }
+/// [`trim_metadata`] applied to an owned object.
+fn trimmed<K: Resource>(mut obj: K) -> K {
+    trim_metadata(&mut obj);
+    obj
 }
 
 struct Inner {
     client: kube::Client,
-    nodes: Arc<Informer<Node>>,
-    services: Arc<Informer<Service>>,
-    persistent_volumes: Arc<Informer<PersistentVolume>>,
+    nodes: Arc<Informer<Node, CachedNode>>,
+    services: Arc<Informer<Service, Service>>,
+    persistent_volumes: Arc<Informer<PersistentVolume, PersistentVolume>>,
     started: AtomicBool,
 }
 
@@ -290,19 +250,19 @@ impl SharedInformers {
         SharedInformers {
             inner: Arc::new(Inner {
                 client,
-                nodes: Arc::new(Informer::new("nodes", trim_node)),
-                services: Arc::new(Informer::new("services", trim_metadata::<Service>)),
+                nodes: Arc::new(Informer::new("nodes", CachedNode::from)),
+                services: Arc::new(Informer::new("services", trimmed::<Service>)),
                 persistent_volumes: Arc::new(Informer::new(
                     "persistentvolumes",
-                    trim_metadata::<PersistentVolume>,
+                    trimmed::<PersistentVolume>,
                 )),
                 started: AtomicBool::new(false),
             }),
         }
     }
 
-    /// The node store (the node informer will run).
-    pub fn nodes(&self) -> Store<Node> {
+    /// The node store of compact node copies (the node informer will run).
+    pub fn nodes(&self) -> Store<CachedNode> {
         self.inner.nodes.store()
     }
 
@@ -316,32 +276,8 @@ impl SharedInformers {
         self.inner.persistent_volumes.store()
     }
 
-    /// A kube-runtime subscription to node changes.
-    ///
-    /// # Panics
-    /// When called after [`SharedInformers::start`].
-    pub fn subscribe_nodes(&self) -> ReflectHandle<Node> {
-        self.inner.nodes.subscribe()
-    }
-
-    /// A kube-runtime subscription to service changes.
-    ///
-    /// # Panics
-    /// When called after [`SharedInformers::start`].
-    pub fn subscribe_services(&self) -> ReflectHandle<Service> {
-        self.inner.services.subscribe()
-    }
-
-    /// A kube-runtime subscription to PersistentVolume changes.
-    ///
-    /// # Panics
-    /// When called after [`SharedInformers::start`].
-    pub fn subscribe_persistent_volumes(&self) -> ReflectHandle<PersistentVolume> {
-        self.inner.persistent_volumes.subscribe()
-    }
-
     /// Node changes including deletions and re-lists. Subscribe before starting to see the initial list.
-    pub fn node_events(&self) -> InformerEvents<Node> {
+    pub fn node_events(&self) -> InformerEvents<CachedNode> {
         self.inner.nodes.events()
     }
 
@@ -397,43 +333,23 @@ impl SharedInformers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerImage, NodeAddress, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     #[test]
-    fn trimming_keeps_what_controllers_read() {
-        let mut node = Node::default();
-        node.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-        node.metadata.annotations = Some(
+    fn trimming_drops_server_bookkeeping() {
+        let mut service = Service::default();
+        service.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        service.metadata.annotations = Some(
             [
                 (LAST_APPLIED_ANNOTATION.to_string(), "{}".to_string()),
                 ("keep".to_string(), "me".to_string()),
             ]
             .into(),
         );
-        node.status = Some(NodeStatus {
-            images: Some(vec![ContainerImage::default()]),
-            addresses: Some(vec![NodeAddress {
-                type_: "InternalIP".into(),
-                address: "10.0.0.1".into(),
-            }]),
-            ..NodeStatus::default()
-        });
-        let full = node.clone();
-        trim_node(&mut node);
-        assert!(node.metadata.managed_fields.is_none());
-        let slim = slim_node(&full);
-        assert!(slim.status.as_ref().unwrap().images.is_none());
-        assert_eq!(slim.metadata.name, full.metadata.name);
-        assert_eq!(
-            slim.status.as_ref().unwrap().addresses,
-            full.status.as_ref().unwrap().addresses
-        );
-        let annotations = node.metadata.annotations.as_ref().unwrap();
+        let service = trimmed(service);
+        assert!(service.metadata.managed_fields.is_none());
+        let annotations = service.metadata.annotations.as_ref().unwrap();
         assert_eq!(annotations.len(), 1);
         assert_eq!(annotations["keep"], "me");
-        let status = node.status.as_ref().unwrap();
-        assert!(status.images.is_none());
-        assert_eq!(status.addresses.as_ref().unwrap().len(), 1);
     }
 }

@@ -10,8 +10,10 @@
 //! - [`pv_label`]: `pv-label-controller` labels PersistentVolumes backed by cloud volumes with zone and region.
 //!
 //! [`run_controllers`] starts the enabled ones over shared informers (one watch per resource type for the
-//! whole process), each with a health check and event recorder of its own.
+//! whole process; nodes are kept as compact [`CachedNode`] copies), each with a health check and event
+//! recorder of its own.
 
+pub mod cached_node;
 pub mod context;
 pub mod error;
 pub mod events;
@@ -28,6 +30,7 @@ pub mod workqueue;
 
 mod run;
 
+pub use cached_node::CachedNode;
 pub use context::{ControllerConfig, ControllerContext};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};

@@ -11,7 +11,10 @@
 use std::net::IpAddr;
 
 use cloud_provider::{ADDRESS_HOSTNAME, ANNOTATION_PROVIDED_NODE_IP};
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::api::core::v1::NodeAddress;
+use kube::Resource;
+
+use crate::cached_node::CachedNode;
 
 /// Why the addresses of a node could not be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,9 +36,9 @@ pub enum AddressError {
 }
 
 /// The provided node IPs of `node` from its annotation (empty when absent or empty).
-pub fn provided_node_ips(node: &Node) -> Result<Vec<IpAddr>, AddressError> {
+pub fn provided_node_ips(node: &impl Resource) -> Result<Vec<IpAddr>, AddressError> {
     let Some(value) = node
-        .metadata
+        .meta()
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
@@ -107,14 +110,14 @@ pub fn apply_provided_ips(
 /// as it is (empty cloud list, or nothing changed; the comparison is order-sensitive because the first
 /// address of a type is the one clients use).
 pub fn desired_addresses(
-    node: &Node,
+    node: &CachedNode,
     cloud: &[NodeAddress],
 ) -> Result<Option<Vec<NodeAddress>>, AddressError> {
     if cloud.is_empty() {
         return Ok(None);
     }
     let node_ips = provided_node_ips(node)?;
-    let current = cloud_provider::node_addresses_of(node);
+    let current: &[NodeAddress] = &node.addresses;
     let mut merged = cloud.to_vec();
     if !merged.iter().any(|a| a.type_ == ADDRESS_HOSTNAME) {
         merged.extend(
@@ -144,9 +147,9 @@ pub fn addresses_equal(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
 mod tests {
     use super::*;
     use cloud_provider::node_address as addr;
-    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::api::core::v1::{Node, NodeStatus};
 
-    fn node(annotation: Option<&str>, current: Vec<NodeAddress>) -> Node {
+    fn node(annotation: Option<&str>, current: Vec<NodeAddress>) -> CachedNode {
         let mut n = Node::default();
         n.metadata.name = Some("n1".into());
         if let Some(v) = annotation {
@@ -157,7 +160,7 @@ mod tests {
             addresses: Some(current),
             ..NodeStatus::default()
         });
-        n
+        CachedNode::from(n)
     }
 
     #[test]

@@ -8,7 +8,7 @@ use cloud_provider::{
     InstanceMetadata, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_REGION,
     LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA,
 };
-use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
 
 /// (beta key, GA key) pairs kept in sync on initialized nodes: the GA label copies the beta one.
 pub const RECONCILED_LABELS: [(&str, &str); 3] = [
@@ -27,14 +27,17 @@ pub fn is_reserved_label_key(key: &str) -> bool {
     })
 }
 
-fn node_labels(node: &Node) -> Option<&BTreeMap<String, String>> {
-    node.metadata.labels.as_ref()
+fn node_labels(node: &impl Resource) -> Option<&BTreeMap<String, String>> {
+    node.meta().labels.as_ref()
 }
 
 /// The labels to set when initializing `node` from `metadata`: only keys whose value differs from the
 /// node's current value. Instance type, zone and region overwrite; additional labels never do, and reserved
 /// keys among them are ignored.
-pub fn initialization_labels(node: &Node, metadata: &InstanceMetadata) -> BTreeMap<String, String> {
+pub fn initialization_labels(
+    node: &impl Resource,
+    metadata: &InstanceMetadata,
+) -> BTreeMap<String, String> {
     let current = node_labels(node);
     let value_of = |k: &str| current.and_then(|l| l.get(k));
     let mut wanted: BTreeMap<String, String> = BTreeMap::new();
@@ -70,7 +73,7 @@ pub fn initialization_labels(node: &Node, metadata: &InstanceMetadata) -> BTreeM
 }
 
 /// The GA labels an initialized node is missing or has out of sync with its beta label.
-pub fn reconciled_labels(node: &Node) -> BTreeMap<String, String> {
+pub fn reconciled_labels(node: &impl Resource) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let Some(labels) = node_labels(node) else {
         return out;
@@ -88,6 +91,7 @@ pub fn reconciled_labels(node: &Node) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Node;
 
     fn node(labels: &[(&str, &str)]) -> Node {
         let mut n = Node::default();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, Instances};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
+
+use crate::cached_node::CachedNode;
 
 /// Concurrent per-node lookups with the v1 interface.
 const V1_CONCURRENCY: usize = 16;
@@ -16,34 +17,20 @@ pub type MetadataResult = Result<Option<InstanceMetadata>, CloudError>;
 
 /// Looks up the metadata of every node, in input order, with one cloud call for the whole slice when the
 /// provider has `InstancesV2`.
-pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<Node>]) -> Vec<MetadataResult> {
+pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<CachedNode>]) -> Vec<MetadataResult> {
     if nodes.is_empty() {
         return Vec::new();
     }
     if let Some(v2) = cloud.instances_v2() {
-        let owned: Vec<Node> = nodes
-            .iter()
-            .map(|n| crate::informers::slim_node(n))
-            .collect();
-        let mut results = v2.instance_metadata_bulk(&owned).await;
-        if results.len() != nodes.len() {
-            let message = format!(
-                "provider answered a bulk metadata request for {} nodes with {} results",
-                nodes.len(),
-                results.len()
-            );
-            results.truncate(nodes.len());
-            while results.len() < nodes.len() {
-                results.push(Err(CloudError::provider(message.clone())));
-            }
-        }
-        return results;
+        let owned: Vec<Node> = nodes.iter().map(|n| n.to_node()).collect();
+        let results = v2.instance_metadata_bulk(&owned).await;
+        return fit_bulk_results(results, nodes.len(), "metadata");
     }
     if let Some(v1) = cloud.instances() {
-        let lookups: Vec<_> = nodes
+        let lookups = nodes
             .iter()
-            .map(|node| lookup_v1(cloud, v1, node))
-            .collect();
+            .cloned()
+            .map(|node| async move { lookup_v1(cloud, v1, &node).await });
         return futures::stream::iter(lookups)
             .buffered(V1_CONCURRENCY)
             .collect()
@@ -55,21 +42,34 @@ pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<Node>]) -> Vec<Metad
         .collect()
 }
 
+/// A bulk answer with exactly one result per node asked about: a provider that answered with fewer results
+/// gets an error for each missing one, extra results are dropped.
+pub(crate) fn fit_bulk_results<T>(
+    mut results: Vec<Result<T, CloudError>>,
+    expected: usize,
+    what: &str,
+) -> Vec<Result<T, CloudError>> {
+    if results.len() != expected {
+        let message = format!(
+            "provider answered a bulk {what} request for {expected} nodes with {} results",
+            results.len()
+        );
+        results.truncate(expected);
+        results.resize_with(expected, || Err(CloudError::provider(message.clone())));
+    }
+    results
+}
+
 /// The provider ID of `node`: its `spec.providerID`, else `<provider>://<instance id>` from the cloud.
 async fn provider_id_v1(
     cloud: &dyn CloudProvider,
     v1: &dyn Instances,
-    node: &Node,
+    node: &CachedNode,
 ) -> Result<String, CloudError> {
-    if let Some(id) = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_ref())
-        .filter(|p| !p.is_empty())
-    {
-        return Ok(id.clone());
+    if let Some(id) = node.provider_id() {
+        return Ok(id.to_string());
     }
-    let instance_id = v1.instance_id(&node.name_any()).await?;
+    let instance_id = v1.instance_id(node.name()).await?;
     if instance_id.contains("://") {
         Ok(instance_id)
     } else {
@@ -80,22 +80,22 @@ async fn provider_id_v1(
 async fn lookup_v1(
     cloud: &dyn CloudProvider,
     v1: &dyn Instances,
-    node: &Arc<Node>,
+    node: &CachedNode,
 ) -> MetadataResult {
-    let name = node.name_any();
+    let name = node.name();
     let provider_id = provider_id_v1(cloud, v1, node).await?;
     let instance_type = match v1.instance_type_by_provider_id(&provider_id).await {
-        Err(e) if e.is_not_implemented() => v1.instance_type(&name).await?,
+        Err(e) if e.is_not_implemented() => v1.instance_type(name).await?,
         other => other?,
     };
     let node_addresses = match v1.node_addresses_by_provider_id(&provider_id).await {
-        Err(e) if e.is_not_implemented() => v1.node_addresses(&name).await?,
+        Err(e) if e.is_not_implemented() => v1.node_addresses(name).await?,
         other => other?,
     };
     let (zone, region) = match cloud.zones() {
         Some(zones) => {
             let zone = match zones.get_zone_by_provider_id(&provider_id).await {
-                Err(e) if e.is_not_implemented() => zones.get_zone_by_node_name(&name).await?,
+                Err(e) if e.is_not_implemented() => zones.get_zone_by_node_name(name).await?,
                 other => other?,
             };
             (zone.failure_domain, zone.region)

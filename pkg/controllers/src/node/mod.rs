@@ -22,13 +22,13 @@ use std::time::Duration;
 use cloud_provider::{CloudError, InstanceMetadata, TAINT_UNINITIALIZED};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
@@ -42,9 +42,9 @@ use self::labels::{initialization_labels, reconciled_labels};
 /// Most nodes initialized with one bulk metadata call.
 pub const MAX_BATCH: usize = 100;
 /// Nodes per bulk metadata call of the periodic address sync.
-const SYNC_CHUNK: usize = 500;
+const SYNC_CHUNK: usize = 250;
 /// Concurrent bulk calls of the periodic address sync.
-const SYNC_CONCURRENCY: usize = 4;
+const SYNC_CONCURRENCY: usize = 2;
 /// Attempts of one initialization when the node changed underneath (409 Conflict).
 const CONFLICT_ATTEMPTS: usize = 3;
 /// Per-node retry backoff (upstream: 5 ms doubling up to 1000 s).
@@ -54,19 +54,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1000);
 const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether the node carries the uninitialized taint (matched by key).
-pub fn is_uninitialized(node: &Node) -> bool {
-    taints(node).iter().any(|t| t.key == TAINT_UNINITIALIZED)
-}
-
-fn taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
-}
-
-fn is_terminating(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_some()
+pub fn is_uninitialized(node: &CachedNode) -> bool {
+    node.has_taint(TAINT_UNINITIALIZED)
 }
 
 /// Why one node could not be synced.
@@ -98,12 +87,13 @@ impl SyncError {
 /// The merge patch that finishes initialization: providerID, labels and the taints without the
 /// uninitialized one, guarded by `resource_version`.
 pub fn initialization_patch(
-    node: &Node,
+    node: &CachedNode,
     resource_version: Option<&str>,
     metadata: &InstanceMetadata,
 ) -> Value {
     let labels = initialization_labels(node, metadata);
-    let remaining: Vec<&Taint> = taints(node)
+    let remaining: Vec<&Taint> = node
+        .taints
         .iter()
         .filter(|t| t.key != TAINT_UNINITIALIZED)
         .collect();
@@ -123,12 +113,7 @@ pub fn initialization_patch(
             json!(remaining)
         },
     );
-    let current_id = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or("");
-    if current_id.is_empty() && !metadata.provider_id.is_empty() {
+    if node.provider_id().is_none() && !metadata.provider_id.is_empty() {
         spec.insert("providerID".into(), json!(metadata.provider_id));
     }
     json!({ "metadata": meta, "spec": spec })
@@ -152,21 +137,21 @@ impl StaleVersions {
         }
     }
 
-    fn is_stale(&self, node: &Node) -> bool {
+    fn is_stale(&self, node: &CachedNode) -> bool {
         let Some(rv) = node.metadata.resource_version.as_ref() else {
             return false;
         };
         self.by_node
             .lock()
-            .get(&node.name_any())
+            .get(node.name())
             .is_some_and(|v| v.contains(rv))
     }
 
     /// Called for every version the watch delivers: a fresh version ends the bookkeeping for the node.
-    fn observe(&self, node: &Node) -> bool {
+    fn observe(&self, node: &CachedNode) -> bool {
         let stale = self.is_stale(node);
         if !stale {
-            self.by_node.lock().remove(&node.name_any());
+            self.by_node.lock().remove(node.name());
         }
         stale
     }
@@ -179,7 +164,7 @@ impl StaleVersions {
 struct Inner {
     ctx: ControllerContext,
     api: Api<Node>,
-    store: Store<Node>,
+    store: Store<CachedNode>,
     recorder: EventRecorder,
     queue: WorkQueue<String>,
     stale: StaleVersions,
@@ -189,7 +174,7 @@ struct Inner {
 pub struct CloudNodeController {
     inner: Arc<Inner>,
     informers: SharedInformers,
-    events: InformerEvents<Node>,
+    events: InformerEvents<CachedNode>,
 }
 
 impl std::fmt::Debug for CloudNodeController {
@@ -255,11 +240,15 @@ impl CloudNodeController {
 }
 
 /// Whether a node needs the worker's attention: tainted, or labels to reconcile.
-fn needs_sync(node: &Node) -> bool {
-    !is_terminating(node) && (is_uninitialized(node) || !reconciled_labels(node).is_empty())
+fn needs_sync(node: &CachedNode) -> bool {
+    !node.is_terminating() && (is_uninitialized(node) || !reconciled_labels(node).is_empty())
 }
 
-async fn pump(inner: Arc<Inner>, mut events: InformerEvents<Node>, shutdown: CancellationToken) {
+async fn pump(
+    inner: Arc<Inner>,
+    mut events: InformerEvents<CachedNode>,
+    shutdown: CancellationToken,
+) {
     loop {
         let event = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -268,20 +257,20 @@ async fn pump(inner: Arc<Inner>, mut events: InformerEvents<Node>, shutdown: Can
         match event {
             None => return,
             Some(InformerEvent::Applied(node)) => {
-                tracing::trace!(node = %node.name_any(), rv = ?node.metadata.resource_version, "node changed");
+                tracing::trace!(node = %node.name(), rv = ?node.metadata.resource_version, "node changed");
                 if !inner.stale.observe(&node) && needs_sync(&node) {
-                    inner.queue.add(node.name_any());
+                    inner.queue.add(node.name().to_string());
                 }
             }
             Some(InformerEvent::Deleted(node)) => {
-                let name = node.name_any();
+                let name = node.name().to_string();
                 inner.stale.forget(&name);
                 inner.queue.forget(&name);
             }
             Some(InformerEvent::Resynced) => {
                 for node in inner.store.state() {
                     if needs_sync(&node) {
-                        inner.queue.add(node.name_any());
+                        inner.queue.add(node.name().to_string());
                     }
                 }
             }
@@ -328,7 +317,7 @@ impl Inner {
                 self.queue.forget(name);
                 continue;
             };
-            if is_terminating(&node) || self.stale.is_stale(&node) {
+            if node.is_terminating() || self.stale.is_stale(&node) {
                 continue;
             }
             if is_uninitialized(&node) {
@@ -346,7 +335,7 @@ impl Inner {
                     Ok(None) => Err(SyncError::NoMetadata),
                     Err(e) => Err(SyncError::Cloud(e)),
                 };
-                self.finish(&node.name_any(), outcome);
+                self.finish(node.name(), outcome);
             }
         }
         for name in names {
@@ -354,12 +343,12 @@ impl Inner {
         }
     }
 
-    async fn reconcile_labels(&self, node: &Node) -> Result<(), SyncError> {
+    async fn reconcile_labels(&self, node: &CachedNode) -> Result<(), SyncError> {
         let labels: BTreeMap<String, String> = reconciled_labels(node);
         if labels.is_empty() {
             return Ok(());
         }
-        let name = node.name_any();
+        let name = node.name();
         let patch = json!({
             "metadata": {
                 "resourceVersion": node.metadata.resource_version,
@@ -368,31 +357,31 @@ impl Inner {
         });
         let updated = self
             .api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         self.stale
-            .record(&name, [node.metadata.resource_version.clone()]);
+            .record(name, [node.metadata.resource_version.clone()]);
         tracing::debug!(node = %name, rv = ?updated.metadata.resource_version, "reconciled node labels");
         Ok(())
     }
 
     async fn initialize(
         &self,
-        node: &Arc<Node>,
+        node: &Arc<CachedNode>,
         metadata: &InstanceMetadata,
     ) -> Result<(), SyncError> {
-        let name = node.name_any();
-        let mut current: Arc<Node> = node.clone();
+        let name = node.name();
+        let mut current: Arc<CachedNode> = node.clone();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            if !is_uninitialized(&current) || is_terminating(&current) {
+            if !is_uninitialized(&current) || current.is_terminating() {
                 return Ok(());
             }
             match self.try_initialize(&current, metadata).await {
                 Err(e) if e.is_conflict() && attempt < CONFLICT_ATTEMPTS => {
                     tracing::debug!(node = %name, "node changed during initialization; reading it again");
-                    current = Arc::new(self.api.get(&name).await?);
+                    current = Arc::new(CachedNode::from(self.api.get(name).await?));
                 }
                 other => return other,
             }
@@ -401,10 +390,10 @@ impl Inner {
 
     async fn try_initialize(
         &self,
-        node: &Node,
+        node: &CachedNode,
         metadata: &InstanceMetadata,
     ) -> Result<(), SyncError> {
-        let name = node.name_any();
+        let name = node.name();
         let addresses = match desired_addresses(node, &metadata.node_addresses) {
             Ok(a) => a,
             Err(e) => {
@@ -427,17 +416,17 @@ impl Inner {
             });
             let updated = self
                 .api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             resource_version = updated.metadata.resource_version.clone();
             written.push(resource_version.clone());
         }
         let patch = initialization_patch(node, resource_version.as_deref(), metadata);
         self.api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         // Only after success: a failed write leaves the store copy current, and the retry must sync it.
-        self.stale.record(&name, written);
+        self.stale.record(name, written);
         self.recorder.publish(
             &object_ref(node),
             EventType::Normal,
@@ -459,11 +448,11 @@ impl Inner {
 
     /// Refreshes `status.addresses` of every initialized node from the cloud.
     async fn sync_addresses(&self) {
-        let nodes: Vec<Arc<Node>> = self
+        let nodes: Vec<Arc<CachedNode>> = self
             .store
             .state()
             .into_iter()
-            .filter(|n| !is_uninitialized(n) && !is_terminating(n))
+            .filter(|n| !is_uninitialized(n) && !n.is_terminating())
             .collect();
         if nodes.is_empty() {
             return;
@@ -480,12 +469,12 @@ impl Inner {
         tracing::debug!(nodes = nodes.len(), took = ?started.elapsed(), "node address sync finished");
     }
 
-    async fn sync_chunk(&self, chunk: &[Arc<Node>]) {
+    async fn sync_chunk(&self, chunk: &[Arc<CachedNode>]) {
         let results = metadata::lookup(self.ctx.cloud.as_ref(), chunk).await;
         for (node, result) in chunk.iter().zip(results) {
-            let name = node.name_any();
-            if !reconciled_labels(node).is_empty() {
-                self.queue.add(name.clone());
+            let name = node.name();
+            if !reconciled_labels(node.as_ref()).is_empty() {
+                self.queue.add(name.to_string());
             }
             let md = match result {
                 Ok(Some(md)) => md,
@@ -511,7 +500,7 @@ impl Inner {
                     });
                     match self
                         .api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => tracing::info!(node = %name, "updated node addresses"),
@@ -540,7 +529,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeSpec;
 
-    fn tainted_node(extra_taint: bool, provider_id: Option<&str>) -> Node {
+    fn tainted_node(extra_taint: bool, provider_id: Option<&str>) -> CachedNode {
         let mut taints = vec![Taint {
             key: TAINT_UNINITIALIZED.into(),
             value: Some("true".into()),
@@ -562,7 +551,7 @@ mod tests {
             provider_id: provider_id.map(str::to_string),
             ..NodeSpec::default()
         });
-        n
+        CachedNode::from(n)
     }
 
     fn metadata() -> InstanceMetadata {

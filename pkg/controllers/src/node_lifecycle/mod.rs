@@ -17,20 +17,21 @@ use std::time::Duration;
 use cloud_provider::{CloudError, CloudProvider, InstanceState, Instances, TAINT_SHUTDOWN};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
+use crate::node::metadata::fit_bulk_results;
 
 /// NotReady nodes per bulk state call.
-const STATE_CHUNK: usize = 500;
+const STATE_CHUNK: usize = 250;
 /// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too).
 const STATE_CONCURRENCY: usize = 2;
 /// Concurrent per-node calls with the v1 interface.
@@ -40,25 +41,9 @@ const WRITE_CONCURRENCY: usize = 16;
 /// How long a graceful stop waits for queued events to be written.
 const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Whether the node's `Ready` condition is `True` (a missing condition counts as Unknown).
-pub fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
-fn taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
-}
-
 /// Whether the node carries the shutdown taint.
-pub fn has_shutdown_taint(node: &Node) -> bool {
-    taints(node).iter().any(|t| t.key == TAINT_SHUTDOWN)
+pub fn has_shutdown_taint(node: &CachedNode) -> bool {
+    node.has_taint(TAINT_SHUTDOWN)
 }
 
 /// The outcome of the deletion guard for one pass.
@@ -87,7 +72,7 @@ pub fn deletion_guard(candidates: usize, total: usize, max_percent: u32) -> Guar
 }
 
 /// The merge patch that sets the node's taints to `taints`, guarded by its resourceVersion.
-fn taints_patch(node: &Node, taints: Vec<Taint>) -> Value {
+fn taints_patch(node: &CachedNode, taints: Vec<Taint>) -> Value {
     json!({
         "metadata": { "resourceVersion": node.metadata.resource_version },
         "spec": { "taints": if taints.is_empty() { Value::Null } else { json!(taints) } },
@@ -98,7 +83,7 @@ fn taints_patch(node: &Node, taints: Vec<Taint>) -> Value {
 pub struct CloudNodeLifecycleController {
     ctx: ControllerContext,
     api: Api<Node>,
-    store: Store<Node>,
+    store: Store<CachedNode>,
     informers: SharedInformers,
     recorder: EventRecorder,
 }
@@ -180,10 +165,10 @@ impl CloudNodeLifecycleController {
         let mut ready_tainted = Vec::new();
         let mut not_ready = Vec::new();
         for node in nodes.iter() {
-            if node.metadata.deletion_timestamp.is_some() {
+            if node.is_terminating() {
                 continue;
             }
-            if is_ready(node) {
+            if node.is_ready() {
                 if has_shutdown_taint(node) {
                     ready_tainted.push(node.clone());
                 }
@@ -210,7 +195,7 @@ impl CloudNodeLifecycleController {
                 Ok(InstanceState::Running) => {}
                 Err(error) => {
                     summary.errors += 1;
-                    tracing::warn!(node = %node.name_any(), %error, "could not check the node's instance; skipping it this pass");
+                    tracing::warn!(node = %node.name(), %error, "could not check the node's instance; skipping it this pass");
                 }
             }
         }
@@ -234,7 +219,7 @@ impl CloudNodeLifecycleController {
                     pct,
                     limit
                 );
-                let mut names: Vec<String> = gone.iter().map(|n| n.name_any()).collect();
+                let mut names: Vec<&str> = gone.iter().map(|n| n.name()).collect();
                 names.sort();
                 tracing::warn!(
                     candidates = gone.len(),
@@ -244,7 +229,7 @@ impl CloudNodeLifecycleController {
                     first = ?names.iter().take(10).collect::<Vec<_>>(),
                     "node deletion guard tripped: {message}"
                 );
-                if let Some(first) = gone.iter().min_by_key(|n| n.name_any()) {
+                if let Some(first) = gone.iter().min_by_key(|n| n.name()) {
                     self.recorder.publish(
                         &object_ref(first.as_ref()),
                         EventType::Warning,
@@ -258,44 +243,41 @@ impl CloudNodeLifecycleController {
         summary
     }
 
-    async fn remove_shutdown_taints(&self, nodes: &[Arc<Node>]) -> usize {
-        let writes: Vec<_> = nodes
-            .iter()
-            .map(|node| {
-                let remaining: Vec<Taint> = taints(node)
-                    .iter()
-                    .filter(|t| t.key != TAINT_SHUTDOWN)
-                    .cloned()
-                    .collect();
-                self.patch_taints(node, remaining, "remove the shutdown taint")
-            })
-            .collect();
+    async fn remove_shutdown_taints(&self, nodes: &[Arc<CachedNode>]) -> usize {
+        let writes = nodes.iter().cloned().map(|node| async move {
+            let remaining: Vec<Taint> = node
+                .taints
+                .iter()
+                .filter(|t| t.key != TAINT_SHUTDOWN)
+                .cloned()
+                .collect();
+            self.patch_taints(&node, remaining, "remove the shutdown taint")
+                .await
+        });
         count_successes(writes).await
     }
 
-    async fn add_shutdown_taints(&self, nodes: &[Arc<Node>]) -> usize {
-        let writes: Vec<_> = nodes
-            .iter()
-            .map(|node| {
-                let mut all = taints(node).to_vec();
-                all.push(Taint {
-                    key: TAINT_SHUTDOWN.to_string(),
-                    effect: "NoSchedule".to_string(),
-                    value: None,
-                    time_added: None,
-                });
-                self.patch_taints(node, all, "add the shutdown taint")
-            })
-            .collect();
+    async fn add_shutdown_taints(&self, nodes: &[Arc<CachedNode>]) -> usize {
+        let writes = nodes.iter().cloned().map(|node| async move {
+            let mut all = node.taints.clone();
+            all.push(Taint {
+                key: TAINT_SHUTDOWN.to_string(),
+                effect: "NoSchedule".to_string(),
+                value: None,
+                time_added: None,
+            });
+            self.patch_taints(&node, all, "add the shutdown taint")
+                .await
+        });
         count_successes(writes).await
     }
 
-    async fn patch_taints(&self, node: &Node, taints: Vec<Taint>, what: &str) -> bool {
-        let name = node.name_any();
+    async fn patch_taints(&self, node: &CachedNode, taints: Vec<Taint>, what: &str) -> bool {
+        let name = node.name();
         let patch = taints_patch(node, taints);
         match self
             .api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {
@@ -309,13 +291,16 @@ impl CloudNodeLifecycleController {
         }
     }
 
-    async fn delete_nodes(&self, nodes: &[Arc<Node>]) -> usize {
-        let deletes: Vec<_> = nodes.iter().map(|node| self.delete_node(node)).collect();
+    async fn delete_nodes(&self, nodes: &[Arc<CachedNode>]) -> usize {
+        let deletes = nodes
+            .iter()
+            .cloned()
+            .map(|node| async move { self.delete_node(&node).await });
         count_successes(deletes).await
     }
 
-    async fn delete_node(&self, node: &Node) -> bool {
-        let name = node.name_any();
+    async fn delete_node(&self, node: &CachedNode) -> bool {
+        let name = node.name();
         let reference = object_ref(node);
         tracing::info!(node = %name, "deleting node since it is no longer present in the cloud provider");
         self.recorder.publish(
@@ -332,7 +317,7 @@ impl CloudNodeLifecycleController {
             }),
             ..DeleteParams::default()
         };
-        match self.api.delete(&name, &params).await {
+        match self.api.delete(name, &params).await {
             Ok(_) => {
                 self.ctx.metrics.node_lifecycle_nodes_deleted.inc();
                 true
@@ -356,8 +341,9 @@ impl CloudNodeLifecycleController {
     }
 }
 
-/// Runs the writes with bounded concurrency and counts the successful ones.
-async fn count_successes<F>(writes: Vec<F>) -> usize
+/// Runs the writes with bounded concurrency and counts the successful ones. The writes are created
+/// lazily, as slots free up: a request future is large, and a pass may write thousands of nodes.
+async fn count_successes<F>(writes: impl Iterator<Item = F>) -> usize
 where
     F: std::future::Future<Output = bool>,
 {
@@ -372,29 +358,15 @@ where
 /// otherwise.
 pub async fn instance_states(
     cloud: &dyn CloudProvider,
-    nodes: &[Arc<Node>],
+    nodes: &[Arc<CachedNode>],
 ) -> Vec<Result<InstanceState, CloudError>> {
     if let Some(v2) = cloud.instances_v2() {
         let calls: Vec<_> = nodes
             .chunks(STATE_CHUNK)
             .map(|chunk| async move {
-                let owned: Vec<Node> = chunk
-                    .iter()
-                    .map(|n| crate::informers::slim_node(n))
-                    .collect();
-                let mut states = v2.instance_states(&owned).await;
-                if states.len() != chunk.len() {
-                    let message = format!(
-                        "provider answered a bulk state request for {} nodes with {} results",
-                        chunk.len(),
-                        states.len()
-                    );
-                    states.truncate(chunk.len());
-                    while states.len() < chunk.len() {
-                        states.push(Err(CloudError::provider(message.clone())));
-                    }
-                }
-                states
+                let owned: Vec<Node> = chunk.iter().map(|n| n.to_node()).collect();
+                let states = v2.instance_states(&owned).await;
+                fit_bulk_results(states, chunk.len(), "state")
             })
             .collect();
         let chunks: Vec<Vec<Result<InstanceState, CloudError>>> = futures::stream::iter(calls)
@@ -404,7 +376,10 @@ pub async fn instance_states(
         return chunks.into_iter().flatten().collect();
     }
     if let Some(v1) = cloud.instances() {
-        let calls: Vec<_> = nodes.iter().map(|node| state_v1(cloud, v1, node)).collect();
+        let calls = nodes
+            .iter()
+            .cloned()
+            .map(|node| async move { state_v1(cloud, v1, &node).await });
         return futures::stream::iter(calls)
             .buffered(V1_CONCURRENCY)
             .collect()
@@ -419,16 +394,11 @@ pub async fn instance_states(
 async fn state_v1(
     cloud: &dyn CloudProvider,
     v1: &dyn Instances,
-    node: &Node,
+    node: &CachedNode,
 ) -> Result<InstanceState, CloudError> {
-    let provider_id = match node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.clone())
-        .filter(|p| !p.is_empty())
-    {
-        Some(id) => id,
-        None => match v1.instance_id(&node.name_any()).await {
+    let provider_id = match node.provider_id() {
+        Some(id) => id.to_string(),
+        None => match v1.instance_id(node.name()).await {
             Ok(id) if id.contains("://") => id,
             Ok(id) => format!("{}://{}", cloud.provider_name(), id),
             Err(CloudError::InstanceNotFound) => return Ok(InstanceState::NotFound),
@@ -478,7 +448,7 @@ mod tests {
         );
     }
 
-    fn node(ready: Option<&str>, taints: Vec<Taint>) -> Node {
+    fn node(ready: Option<&str>, taints: Vec<Taint>) -> CachedNode {
         let mut n = Node::default();
         n.metadata.resource_version = Some("9".into());
         n.spec = Some(NodeSpec {
@@ -495,7 +465,7 @@ mod tests {
             }),
             ..NodeStatus::default()
         });
-        n
+        CachedNode::from(n)
     }
 
     #[test]
@@ -505,10 +475,10 @@ mod tests {
             effect: "NoSchedule".into(),
             ..Taint::default()
         };
-        assert!(is_ready(&node(Some("True"), vec![])));
-        assert!(!is_ready(&node(Some("False"), vec![])));
-        assert!(!is_ready(&node(Some("Unknown"), vec![])));
-        assert!(!is_ready(&node(None, vec![])));
+        assert!(node(Some("True"), vec![]).is_ready());
+        assert!(!node(Some("False"), vec![]).is_ready());
+        assert!(!node(Some("Unknown"), vec![]).is_ready());
+        assert!(!node(None, vec![]).is_ready());
         let n = node(Some("True"), vec![shutdown.clone()]);
         assert!(has_shutdown_taint(&n));
         let patch = taints_patch(&n, vec![]);

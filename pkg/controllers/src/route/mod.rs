@@ -20,19 +20,20 @@ use std::time::Duration;
 
 use cloud_provider::{CloudProvider, Route, Routes};
 use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::cached_node::CONDITION_NETWORK_UNAVAILABLE;
+use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
@@ -51,8 +52,6 @@ const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Quiet time after a node change before reconciling, so that bursts of changes coalesce.
 pub const NODE_CHANGE_DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// The node condition this controller owns.
-pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// Condition reason when every route of the node exists.
 pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
 /// Condition reason when a route of the node is missing.
@@ -70,9 +69,9 @@ pub struct NodeRouteController {
     period: Duration,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
     informers: SharedInformers,
-    node_events: InformerEvents<Node>,
+    node_events: InformerEvents<CachedNode>,
 }
 
 impl std::fmt::Debug for NodeRouteController {
@@ -191,22 +190,17 @@ impl NodeRouteController {
 }
 
 /// What of a Node matters to its routes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct NodeRouteView {
     pod_cidrs: Vec<String>,
-    addresses: Vec<(String, String)>,
+    addresses: Arc<[NodeAddress]>,
 }
 
 impl NodeRouteView {
-    fn of(node: &Node) -> Self {
-        let facts = NodeRouting::of(node);
+    fn of(node: &CachedNode) -> Self {
         NodeRouteView {
-            pod_cidrs: facts.pod_cidrs,
-            addresses: facts
-                .addresses
-                .into_iter()
-                .map(|a| (a.type_, a.address))
-                .collect(),
+            pod_cidrs: node.pod_cidrs.clone(),
+            addresses: node.addresses.clone(),
         }
     }
 }
@@ -214,8 +208,8 @@ impl NodeRouteView {
 /// Signals `changed` whenever a node appears, disappears, or changes pod CIDRs or addresses. Status
 /// heartbeats and condition writes (including this controller's own) do not trigger a reconciliation.
 async fn watch_nodes(
-    store: Store<Node>,
-    mut events: InformerEvents<Node>,
+    store: Store<CachedNode>,
+    mut events: InformerEvents<CachedNode>,
     changed: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -229,22 +223,14 @@ async fn watch_nodes(
             None => return,
             Some(InformerEvent::Applied(node)) => {
                 let view = NodeRouteView::of(&node);
-                let name = node.metadata.name.clone().unwrap_or_default();
-                seen.insert(name, view.clone()) != Some(view)
+                seen.insert(node.name().to_string(), view.clone()) != Some(view)
             }
-            Some(InformerEvent::Deleted(node)) => seen
-                .remove(node.metadata.name.as_deref().unwrap_or_default())
-                .is_some(),
+            Some(InformerEvent::Deleted(node)) => seen.remove(node.name()).is_some(),
             Some(InformerEvent::Resynced) => {
                 let fresh: HashMap<String, NodeRouteView> = store
                     .state()
                     .iter()
-                    .map(|n| {
-                        (
-                            n.metadata.name.clone().unwrap_or_default(),
-                            NodeRouteView::of(n),
-                        )
-                    })
+                    .map(|n| (n.name().to_string(), NodeRouteView::of(n)))
                     .collect();
                 let differs = fresh != seen;
                 seen = fresh;
@@ -277,7 +263,7 @@ struct Reconciler {
     cluster_cidrs: Vec<IpNet>,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
 }
 
 impl Reconciler {
@@ -305,59 +291,46 @@ impl Reconciler {
                 "the node list is empty; not deleting any route"
             );
         }
-        let by_name: HashMap<&str, &Arc<Node>> = nodes
-            .iter()
-            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n))
-            .collect();
+        let by_name: HashMap<&str, &Arc<CachedNode>> =
+            nodes.iter().map(|n| (n.name(), n)).collect();
 
         let node_cidrs = Mutex::new(plan.node_cidrs.clone());
         let summary = Mutex::new(ReconcileSummary {
             suppressed_deletions: plan.suppressed_deletions,
             ..ReconcileSummary::default()
         });
-        let slots = Semaphore::new(MAX_CONCURRENT_ROUTE_OPS);
-        let mut running: FuturesUnordered<_> = plan
-            .ops
-            .into_iter()
-            .map(|op| self.run_op(routes_api, op, &by_name, &node_cidrs, &summary, &slots))
-            .collect();
-        while running.next().await.is_some() {}
-        drop(running);
+        // Operations and patches are created lazily, as slots free up: thousands of request futures at once
+        // would cost memory for nothing.
+        futures::stream::iter(plan.ops)
+            .map(|op| self.run_op(routes_api, op, &by_name, &node_cidrs, &summary))
+            .buffer_unordered(MAX_CONCURRENT_ROUTE_OPS)
+            .for_each(|()| std::future::ready(()))
+            .await;
 
         let node_cidrs = node_cidrs.into_inner();
-        let slots = Semaphore::new(MAX_CONCURRENT_CONDITION_PATCHES);
-        let mut patches: FuturesUnordered<_> = nodes
-            .iter()
+        let patched = futures::stream::iter(nodes.iter().cloned())
             .map(|node| {
-                let created = all_routes_created(
-                    node_cidrs.get(node.metadata.name.as_deref().unwrap_or_default()),
-                );
-                self.update_condition(node, created, &slots)
+                let created = all_routes_created(node_cidrs.get(node.name()));
+                async move { self.update_condition(&node, created).await }
             })
-            .collect();
-        let mut patched = 0;
-        while let Some(done) = patches.next().await {
-            patched += usize::from(done);
-        }
-        drop(patches);
+            .buffer_unordered(MAX_CONCURRENT_CONDITION_PATCHES)
+            .filter(|patched| std::future::ready(*patched))
+            .count()
+            .await;
         let mut summary = summary.into_inner();
         summary.conditions_patched = patched;
         Ok(summary)
     }
 
-    /// Runs one planned cloud operation once a slot is free.
+    /// Runs one planned cloud operation.
     async fn run_op(
         &self,
         routes: &dyn Routes,
         op: RouteOp,
-        by_name: &HashMap<&str, &Arc<Node>>,
+        by_name: &HashMap<&str, &Arc<CachedNode>>,
         node_cidrs: &Mutex<BTreeMap<String, BTreeMap<String, bool>>>,
         summary: &Mutex<ReconcileSummary>,
-        slots: &Semaphore,
     ) {
-        let Ok(_slot) = slots.acquire().await else {
-            return;
-        };
         match op {
             RouteOp::Create(creation) => {
                 let node = by_name.get(creation.node.as_str()).copied();
@@ -384,7 +357,7 @@ impl Reconciler {
         &self,
         routes: &dyn Routes,
         creation: &RouteCreation,
-        node: Option<&Arc<Node>>,
+        node: Option<&Arc<CachedNode>>,
         summary: &Mutex<ReconcileSummary>,
     ) -> bool {
         let start = Instant::now();
@@ -450,20 +423,12 @@ impl Reconciler {
 
     /// Sets the node's `NetworkUnavailable` condition when it does not already say the right thing; true
     /// when a patch was written.
-    async fn update_condition(&self, node: &Node, routes_created: bool, slots: &Semaphore) -> bool {
-        let name = node.metadata.name.as_deref().unwrap_or_default();
+    async fn update_condition(&self, node: &CachedNode, routes_created: bool) -> bool {
+        let name = node.name();
         let wanted = if routes_created { "False" } else { "True" };
-        let current = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NETWORK_UNAVAILABLE));
-        if current.is_some_and(|c| c.status == wanted) {
+        if node.network_unavailable.as_deref() == Some(wanted) {
             return false;
         }
-        let Ok(_slot) = slots.acquire().await else {
-            return false;
-        };
         let condition = network_condition(routes_created, Timestamp::now());
         let patch = json!({ "status": { "conditions": [condition] } });
         let api: Api<Node> = Api::all(self.client.clone());
@@ -561,13 +526,14 @@ mod tests {
             pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
             ..Default::default()
         });
-        let before = NodeRouteView::of(&node);
+        let view = |node: &Node| NodeRouteView::of(&CachedNode::from(node.clone()));
+        let before = view(&node);
         node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
             conditions: Some(vec![network_condition(true, Timestamp::UNIX_EPOCH)]),
             ..Default::default()
         });
-        assert_eq!(before, NodeRouteView::of(&node));
+        assert_eq!(before, view(&node));
         node.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.244.2.0/24".into()]);
-        assert_ne!(before, NodeRouteView::of(&node));
+        assert_ne!(before, view(&node));
     }
 }

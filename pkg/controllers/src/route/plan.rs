@@ -3,10 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use cloud_provider::Route;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::api::core::v1::NodeAddress;
+
+use crate::cached_node::CachedNode;
 
 /// Why a set of cluster CIDRs cannot drive route reconciliation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,30 +94,18 @@ pub struct NodeRouting {
     pub uid: String,
     /// `spec.podCIDRs` (falling back to `spec.podCIDR`).
     pub pod_cidrs: Vec<String>,
-    /// `status.addresses`.
-    pub addresses: Vec<NodeAddress>,
+    /// `status.addresses` (shared with the node store).
+    pub addresses: Arc<[NodeAddress]>,
 }
 
 impl NodeRouting {
     /// Extracts the routing facts of a Node.
-    pub fn of(node: &Node) -> Self {
-        let spec = node.spec.as_ref();
-        let mut pod_cidrs = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
-        if pod_cidrs.is_empty()
-            && let Some(single) = spec.and_then(|s| s.pod_cidr.clone())
-            && !single.is_empty()
-        {
-            pod_cidrs.push(single);
-        }
+    pub fn of(node: &CachedNode) -> Self {
         NodeRouting {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            name: node.name().to_string(),
             uid: node.metadata.uid.clone().unwrap_or_default(),
-            pod_cidrs,
-            addresses: node
-                .status
-                .as_ref()
-                .and_then(|s| s.addresses.clone())
-                .unwrap_or_default(),
+            pod_cidrs: node.pod_cidrs.clone(),
+            addresses: node.addresses.clone(),
         }
     }
 }
@@ -178,7 +169,7 @@ fn creation(node: &NodeRouting, cidr: &str) -> RouteCreation {
         route: Route {
             name: String::new(),
             target_node: node.name.clone(),
-            target_node_addresses: node.addresses.clone(),
+            target_node_addresses: node.addresses.to_vec(),
             destination_cidr: cidr.to_string(),
             blackhole: false,
         },
@@ -283,6 +274,7 @@ pub fn all_routes_created(cidrs: Option<&BTreeMap<String, bool>>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Node;
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()
@@ -300,7 +292,7 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
             pod_cidrs: cidrs.iter().map(|c| c.to_string()).collect(),
-            addresses: vec![addr(ip)],
+            addresses: vec![addr(ip)].into(),
         }
     }
 
@@ -467,7 +459,7 @@ mod tests {
             pod_cidr: Some("10.244.5.0/24".into()),
             ..Default::default()
         });
-        let facts = NodeRouting::of(&n);
+        let facts = NodeRouting::of(&CachedNode::from(n));
         assert_eq!(facts.pod_cidrs, vec!["10.244.5.0/24".to_string()]);
         assert_eq!(facts.uid, "u1");
         assert!(facts.addresses.is_empty());

@@ -38,6 +38,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
@@ -114,7 +115,7 @@ pub struct ServiceLbController {
     shared: Arc<Shared>,
     informers: SharedInformers,
     service_events: InformerEvents<Service>,
-    node_events: InformerEvents<Node>,
+    node_events: InformerEvents<CachedNode>,
 }
 
 impl std::fmt::Debug for ServiceLbController {
@@ -134,7 +135,7 @@ struct Shared {
     recorder: EventRecorder,
     metrics: ControllerMetrics,
     services: Store<Service>,
-    nodes: Store<Node>,
+    nodes: Store<CachedNode>,
     queue: WorkQueue<String>,
     /// The last state of every Service whose load balancer this controller manages, by `namespace/name`:
     /// what to clean up when the Service disappears or is recreated with another UID.
@@ -222,7 +223,7 @@ impl ServiceLbController {
         let nodes = shared.nodes.state();
         let seen_nodes: HashMap<String, NodeView> = nodes
             .iter()
-            .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+            .map(|n| (n.name().to_string(), NodeView::of(n)))
             .collect();
         drop(nodes);
         tracing::info!(
@@ -316,7 +317,7 @@ async fn watch_services(
 /// Keeps the load-balancer node set current and updates every load balancer when it changes.
 async fn watch_nodes(
     shared: Arc<Shared>,
-    mut events: InformerEvents<Node>,
+    mut events: InformerEvents<CachedNode>,
     seen: HashMap<String, NodeView>,
     shutdown: CancellationToken,
 ) {
@@ -358,22 +359,18 @@ struct NodeTracker {
 
 impl NodeTracker {
     /// Records a node notification; true when the load-balancer view of the nodes changed.
-    fn apply(&mut self, shared: &Shared, event: InformerEvent<Node>) -> bool {
+    fn apply(&mut self, shared: &Shared, event: InformerEvent<CachedNode>) -> bool {
         match event {
             InformerEvent::Applied(node) => {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                self.set(name, Some(NodeView::of(&node)))
+                self.set(node.name().to_string(), Some(NodeView::of(&node)))
             }
-            InformerEvent::Deleted(node) => {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                self.set(name, None)
-            }
+            InformerEvent::Deleted(node) => self.set(node.name().to_string(), None),
             InformerEvent::Resynced => {
                 let fresh: HashMap<String, NodeView> = shared
                     .nodes
                     .state()
                     .iter()
-                    .map(|n| (n.metadata.name.clone().unwrap_or_default(), NodeView::of(n)))
+                    .map(|n| (n.name().to_string(), NodeView::of(n)))
                     .collect();
                 let gone: Vec<String> = self
                     .seen
@@ -430,7 +427,8 @@ impl NodeTracker {
 struct NodeView {
     eligible: bool,
     provider_id: Option<String>,
-    addresses: Option<Vec<k8s_openapi::api::core::v1::NodeAddress>>,
+    /// Shared with the node store.
+    addresses: Arc<[k8s_openapi::api::core::v1::NodeAddress]>,
 }
 
 impl NodeView {
@@ -440,11 +438,11 @@ impl NodeView {
             .then(|| self.provider_id.clone().unwrap_or_default())
     }
 
-    fn of(node: &Node) -> Self {
+    fn of(node: &CachedNode) -> Self {
         NodeView {
             eligible: predicates::is_load_balancer_node(node),
-            provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
-            addresses: node.status.as_ref().and_then(|s| s.addresses.clone()),
+            provider_id: node.provider_id.clone(),
+            addresses: node.addresses.clone(),
         }
     }
 }
@@ -1043,7 +1041,7 @@ mod tests {
         NodeView {
             eligible,
             provider_id: Some(provider_id.to_string()),
-            addresses: None,
+            addresses: Arc::from([]),
         }
     }
 
@@ -1058,7 +1056,7 @@ mod tests {
         assert!(!tracker.set("a".into(), Some(view(true, "fake://a"))));
         // Another address is a view change but not a set change.
         let mut moved = view(true, "fake://a");
-        moved.addresses = Some(Vec::new());
+        moved.addresses = Arc::from([cloud_provider::node_address("InternalIP", "10.0.0.9")]);
         assert!(tracker.set("a".into(), Some(moved)));
         assert!(tracker.unsynced.is_empty());
         // Excluded, then eligible again before a sync: back to the synced set.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cached_node::CachedNode;
 use cloud_provider::well_known::{
     FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LB,
     TAINT_TO_BE_DELETED_BY_AUTOSCALER,
@@ -161,8 +162,8 @@ fn parse_bool(value: &str) -> Option<bool> {
 /// the `node.kubernetes.io/exclude-from-external-load-balancers` label (a value that does not parse as a
 /// boolean excludes it, `false` keeps it) and the cluster autoscaler has not marked it for removal.
 /// Readiness is deliberately not a criterion: a flapping node must not churn every load balancer.
-pub fn is_load_balancer_node(node: &Node) -> bool {
-    if node.metadata.deletion_timestamp.is_some() {
+pub fn is_load_balancer_node(node: &CachedNode) -> bool {
+    if node.is_terminating() {
         return false;
     }
     if let Some(value) = node
@@ -174,63 +175,17 @@ pub fn is_load_balancer_node(node: &Node) -> bool {
     {
         return false;
     }
-    let tainted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|taints| {
-            taints
-                .iter()
-                .any(|t| t.key == TAINT_TO_BE_DELETED_BY_AUTOSCALER)
-        });
-    !tainted
-}
-
-/// Identity of a load-balancer node set: sorted (name, provider ID) pairs. Two node lists with the same
-/// identity need no load-balancer host update.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeSetKey(Vec<(String, String)>);
-
-impl NodeSetKey {
-    /// Builds the identity of a set of (already filtered) nodes.
-    pub fn of<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
-        let mut pairs: Vec<(String, String)> = nodes
-            .into_iter()
-            .map(|n| {
-                (
-                    n.metadata.name.clone().unwrap_or_default(),
-                    n.spec
-                        .as_ref()
-                        .and_then(|s| s.provider_id.clone())
-                        .unwrap_or_default(),
-                )
-            })
-            .collect();
-        pairs.sort();
-        NodeSetKey(pairs)
-    }
-
-    /// Number of nodes in the set.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// True for the empty set.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
+    !node.has_taint(TAINT_TO_BE_DELETED_BY_AUTOSCALER)
 }
 
 /// Filters nodes down to the load-balancer backends, sorted by name so the provider sees a stable order.
-/// Each is a [`slim_node`](crate::informers::slim_node) copy.
-pub fn load_balancer_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Vec<Node> {
-    let mut hosts: Vec<Node> = nodes
+pub fn load_balancer_nodes<'a>(nodes: impl IntoIterator<Item = &'a CachedNode>) -> Vec<Node> {
+    let mut hosts: Vec<&CachedNode> = nodes
         .into_iter()
         .filter(|n| is_load_balancer_node(n))
-        .map(crate::informers::slim_node)
         .collect();
-    hosts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    hosts
+    hosts.sort_by(|a, b| a.name().cmp(b.name()));
+    hosts.into_iter().map(CachedNode::to_node).collect()
 }
 
 /// Node names for an event message: at most `limit` of them.
@@ -401,6 +356,10 @@ mod tests {
         n
     }
 
+    fn is_load_balancer_node(node: &Node) -> bool {
+        super::is_load_balancer_node(&CachedNode::from(node.clone()))
+    }
+
     #[test]
     fn node_predicates() {
         assert!(is_load_balancer_node(&node("a")));
@@ -432,17 +391,15 @@ mod tests {
     }
 
     #[test]
-    fn node_set_identity() {
-        let nodes = [node("b"), node("a"), labelled(node("c"), "true")];
+    fn load_balancer_nodes_are_filtered_and_sorted() {
+        let nodes = [node("b"), node("a"), labelled(node("c"), "true")].map(CachedNode::from);
         let hosts = load_balancer_nodes(&nodes);
         assert_eq!(limited_node_names(&hosts, 5), vec!["a", "b"]);
         assert_eq!(limited_node_names(&hosts, 1), vec!["a"]);
-        let key = NodeSetKey::of(&hosts);
-        assert_eq!(key.len(), 2);
-        assert_eq!(key, NodeSetKey::of([&nodes[0], &nodes[1]]));
-        let mut moved = node("a");
-        moved.spec.as_mut().unwrap().provider_id = Some("fake://other".into());
-        assert_ne!(key, NodeSetKey::of([&nodes[0], &moved]));
-        assert!(NodeSetKey::of(&[]).is_empty());
+        assert_eq!(
+            hosts[0].spec.as_ref().unwrap().provider_id.as_deref(),
+            Some("fake://a")
+        );
+        assert!(load_balancer_nodes(&[]).is_empty());
     }
 }
