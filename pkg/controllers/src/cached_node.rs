@@ -8,11 +8,17 @@
 //! act on. Provider calls, which take `Node`s, get a slim `Node` rebuilt from it ([`CachedNode::to_node`]).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, ObjectReference, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::ObjectMeta;
+use kube::runtime::reflector::Lookup;
+use parking_lot::Mutex;
 
 use crate::informers::trim_metadata;
 
@@ -22,14 +28,18 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 
 /// What the controllers read of a Node: name, UID, resourceVersion, creation and deletion timestamps, labels
-/// and annotations; provider ID, pod CIDRs and taints; addresses; the status of the `Ready` and
-/// `NetworkUnavailable` conditions.
+/// and annotations (interned: most keys and many values repeat across nodes); provider ID, pod CIDRs and
+/// taints; addresses; the status of the `Ready` and `NetworkUnavailable` conditions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CachedNode {
-    /// The kept metadata (no managed fields, owner references or kubectl's last-applied copy).
-    pub metadata: ObjectMeta,
-    /// `spec.providerID`.
-    pub provider_id: Option<String>,
+    name: String,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    labels: StringMap,
+    annotations: StringMap,
+    provider_id: Option<String>,
     /// `spec.podCIDRs`, or `spec.podCIDR` when the list is empty.
     pub pod_cidrs: Vec<String>,
     /// `spec.taints`.
@@ -45,7 +55,37 @@ pub struct CachedNode {
 impl CachedNode {
     /// The node's name.
     pub fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or_default()
+        &self.name
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// `metadata.resourceVersion` of the copy.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    /// `metadata.creationTimestamp`.
+    pub fn creation_timestamp(&self) -> Option<&Time> {
+        self.creation_timestamp.as_ref()
+    }
+
+    /// The node's labels.
+    pub fn labels(&self) -> &StringMap {
+        &self.labels
+    }
+
+    /// The value of one label.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+
+    /// The value of one annotation (kubectl's last-applied copy is not kept).
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
     }
 
     /// `spec.providerID` when set and not empty.
@@ -65,7 +105,18 @@ impl CachedNode {
 
     /// Whether the node is being deleted.
     pub fn is_terminating(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
+        self.deletion_timestamp.is_some()
+    }
+
+    /// The reference events about this node point to.
+    pub fn object_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(<Node as Resource>::api_version(&()).into_owned()),
+            kind: Some(<Node as Resource>::kind(&()).into_owned()),
+            name: Some(self.name.clone()),
+            uid: self.uid.clone(),
+            ..ObjectReference::default()
+        }
     }
 
     /// A `Node` with everything this copy holds (the two conditions with their type and status only), for
@@ -85,7 +136,16 @@ impl CachedNode {
         })
         .collect();
         Node {
-            metadata: self.metadata.clone(),
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                uid: self.uid.clone(),
+                resource_version: self.resource_version.clone(),
+                creation_timestamp: self.creation_timestamp.clone(),
+                deletion_timestamp: self.deletion_timestamp.clone(),
+                labels: self.labels.to_btree_map(),
+                annotations: self.annotations.to_btree_map(),
+                ..ObjectMeta::default()
+            },
             spec: Some(NodeSpec {
                 provider_id: self.provider_id.clone(),
                 pod_cidr: self.pod_cidrs.first().cloned(),
@@ -106,16 +166,6 @@ impl From<Node> for CachedNode {
     fn from(mut node: Node) -> Self {
         trim_metadata(&mut node);
         let meta = node.metadata;
-        let metadata = ObjectMeta {
-            name: meta.name,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
-            creation_timestamp: meta.creation_timestamp,
-            deletion_timestamp: meta.deletion_timestamp,
-            labels: meta.labels.filter(|l| !l.is_empty()),
-            annotations: meta.annotations.filter(|a| !a.is_empty()),
-            ..ObjectMeta::default()
-        };
         let spec = node.spec.unwrap_or_default();
         let mut pod_cidrs = spec.pod_cidrs.unwrap_or_default();
         if pod_cidrs.is_empty()
@@ -134,7 +184,13 @@ impl From<Node> for CachedNode {
             }
         }
         CachedNode {
-            metadata,
+            name: meta.name.unwrap_or_default(),
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_timestamp: meta.deletion_timestamp,
+            labels: StringMap::from(meta.labels.unwrap_or_default()),
+            annotations: StringMap::from(meta.annotations.unwrap_or_default()),
             provider_id: spec.provider_id,
             pod_cidrs,
             taints: spec.taints.unwrap_or_default(),
@@ -145,33 +201,122 @@ impl From<Node> for CachedNode {
     }
 }
 
-impl Resource for CachedNode {
+impl Lookup for CachedNode {
     type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
 
     fn kind(_: &()) -> Cow<'_, str> {
-        Node::kind(&())
+        <Node as Resource>::kind(&())
     }
 
     fn group(_: &()) -> Cow<'_, str> {
-        Node::group(&())
+        <Node as Resource>::group(&())
     }
 
     fn version(_: &()) -> Cow<'_, str> {
-        Node::version(&())
+        <Node as Resource>::version(&())
     }
 
     fn plural(_: &()) -> Cow<'_, str> {
-        Node::plural(&())
+        <Node as Resource>::plural(&())
     }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
     }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        None
     }
+
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.resource_version.as_deref().map(Cow::Borrowed)
+    }
+
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.uid.as_deref().map(Cow::Borrowed)
+    }
+}
+
+/// A string-to-string map (labels, annotations) sorted by key, with keys and values interned: thousands of
+/// nodes share one copy of `topology.kubernetes.io/zone` and of each zone name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StringMap(Box<[(Arc<str>, Arc<str>)]>);
+
+impl StringMap {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1.as_ref())
+    }
+
+    /// The entries in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The map as a Kubernetes object carries it (`None` when empty).
+    fn to_btree_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.is_empty()).then(|| {
+            self.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+    }
+}
+
+impl From<BTreeMap<String, String>> for StringMap {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        // A BTreeMap iterates in key order, which `get` relies on.
+        StringMap(
+            map.into_iter()
+                .map(|(k, v)| (intern(k), intern(v)))
+                .collect(),
+        )
+    }
+}
+
+/// The process-wide pool of interned strings, pruned of strings nobody holds any more whenever it has grown
+/// to twice its size after the last pruning.
+struct Interner {
+    strings: HashSet<Arc<str>>,
+    prune_at: usize,
+}
+
+/// Size below which the pool is never pruned.
+const INTERNER_MIN_PRUNE: usize = 4_096;
+
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(|| {
+    Mutex::new(Interner {
+        strings: HashSet::new(),
+        prune_at: INTERNER_MIN_PRUNE,
+    })
+});
+
+/// The shared copy of `s`.
+fn intern(s: String) -> Arc<str> {
+    let mut pool = INTERNER.lock();
+    if let Some(shared) = pool.strings.get(s.as_str()) {
+        return shared.clone();
+    }
+    if pool.strings.len() >= pool.prune_at {
+        pool.strings.retain(|s| Arc::strong_count(s) > 1);
+        pool.prune_at = (pool.strings.len() * 2).max(INTERNER_MIN_PRUNE);
+    }
+    let shared: Arc<str> = Arc::from(s);
+    pool.strings.insert(shared.clone());
+    shared
 }
 
 #[cfg(test)]
@@ -240,12 +385,15 @@ mod tests {
     fn keeps_what_controllers_read_and_drops_the_rest() {
         let cached = CachedNode::from(full_node());
         assert_eq!(cached.name(), "n1");
-        assert_eq!(cached.metadata.uid.as_deref(), Some("u1"));
-        assert_eq!(cached.metadata.resource_version.as_deref(), Some("7"));
-        assert!(cached.metadata.managed_fields.is_none());
-        let annotations = cached.metadata.annotations.as_ref().unwrap();
-        assert_eq!(annotations.len(), 1);
-        assert_eq!(annotations["keep"], "me");
+        assert_eq!(cached.uid(), Some("u1"));
+        assert_eq!(cached.resource_version(), Some("7"));
+        assert_eq!(cached.label("zone"), Some("a"));
+        assert_eq!(cached.labels().len(), 1);
+        assert_eq!(cached.annotation("keep"), Some("me"));
+        assert_eq!(
+            cached.annotation("kubectl.kubernetes.io/last-applied-configuration"),
+            None
+        );
         assert_eq!(cached.provider_id(), Some("fake://n1"));
         assert_eq!(cached.pod_cidrs, vec!["10.244.1.0/24".to_string()]);
         assert!(cached.has_taint("dedicated"));
@@ -254,13 +402,21 @@ mod tests {
         assert!(cached.is_ready());
         assert_eq!(cached.network_unavailable.as_deref(), Some("False"));
         assert!(!cached.is_terminating());
+        let reference = cached.object_reference();
+        assert_eq!(reference.kind.as_deref(), Some("Node"));
+        assert_eq!(reference.api_version.as_deref(), Some("v1"));
+        assert_eq!(reference.name.as_deref(), Some("n1"));
+        assert_eq!(reference.uid.as_deref(), Some("u1"));
     }
 
     #[test]
     fn rebuilt_node_carries_the_kept_fields() {
         let cached = CachedNode::from(full_node());
         let node = cached.to_node();
-        assert_eq!(node.metadata, cached.metadata);
+        assert_eq!(node.metadata.name.as_deref(), Some("n1"));
+        assert_eq!(node.metadata.resource_version.as_deref(), Some("7"));
+        assert!(node.metadata.managed_fields.is_none());
+        assert_eq!(node.metadata.annotations.as_ref().unwrap().len(), 1);
         let spec = node.spec.as_ref().unwrap();
         assert_eq!(spec.provider_id.as_deref(), Some("fake://n1"));
         assert_eq!(
@@ -294,9 +450,38 @@ mod tests {
         assert_eq!(cached.provider_id(), None);
         assert!(!cached.is_ready());
         assert!(cached.addresses.is_empty());
+    }
+
+    #[test]
+    fn maps_share_interned_strings_and_look_up_by_key() {
+        let map = |pairs: &[(&str, &str)]| {
+            StringMap::from(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        let a = map(&[
+            ("topology.kubernetes.io/zone", "z1"),
+            ("b", "2"),
+            ("a", "1"),
+        ]);
+        let b = map(&[("topology.kubernetes.io/zone", "z1")]);
+        assert_eq!(a.get("a"), Some("1"));
+        assert_eq!(a.get("b"), Some("2"));
+        assert_eq!(a.get("c"), None);
         assert_eq!(
-            crate::events::object_ref(&cached).kind.as_deref(),
-            Some("Node")
+            a.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            vec!["a", "b", "topology.kubernetes.io/zone"]
+        );
+        let key_a = &a.0[2].0;
+        let key_b = &b.0[0].0;
+        assert!(Arc::ptr_eq(key_a, key_b), "one copy of a repeated key");
+        assert!(StringMap::default().to_btree_map().is_none());
+        assert_eq!(
+            b.to_btree_map().unwrap()["topology.kubernetes.io/zone"],
+            "z1"
         );
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, Service};
 use kube::Api;
 use kube::Resource;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -55,7 +55,7 @@ enum Readiness {
 /// Watches objects of type `K` and stores them as `T` (`K` itself, trimmed, or a projection).
 struct Informer<K, T>
 where
-    T: Resource<DynamicType = ()> + Clone + 'static,
+    T: Lookup<DynamicType = ()> + Clone + 'static,
 {
     resource: &'static str,
     /// Reduces an object to what the controllers read before it enters the store (memory at scale).
@@ -72,7 +72,7 @@ where
 impl<K, T> Informer<K, T>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    T: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    T: Lookup<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
     fn new(resource: &'static str, project: fn(K) -> T) -> Self {
         let (store, writer) = reflector::store();
@@ -123,10 +123,10 @@ where
     async fn run(&self, api: Api<K>, writer: Writer<T>, shutdown: CancellationToken) {
         let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
         let project = self.project;
-        let stream = watcher(api, config)
+        let events = watcher(api, config)
             .default_backoff()
-            .map_ok(move |event| project_event(event, project))
-            .reflect(writer);
+            .map_ok(move |event| project_event(event, project));
+        let stream = reflector::reflector(writer, events);
         let mut stream = std::pin::pin!(stream);
         tracing::debug!(resource = self.resource, "informer started");
         loop {
@@ -139,7 +139,7 @@ where
                 Some(Ok(watcher::Event::Apply(obj))) => {
                     let current = self
                         .store
-                        .get(&ObjectRef::from_obj(&obj))
+                        .get(&obj.to_object_ref(()))
                         .unwrap_or_else(|| Arc::new(obj));
                     self.broadcast(|| InformerEvent::Applied(current.clone()));
                 }

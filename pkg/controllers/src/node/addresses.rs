@@ -12,7 +12,6 @@ use std::net::IpAddr;
 
 use cloud_provider::{ADDRESS_HOSTNAME, ANNOTATION_PROVIDED_NODE_IP};
 use k8s_openapi::api::core::v1::NodeAddress;
-use kube::Resource;
 
 use crate::cached_node::CachedNode;
 
@@ -36,13 +35,8 @@ pub enum AddressError {
 }
 
 /// The provided node IPs of `node` from its annotation (empty when absent or empty).
-pub fn provided_node_ips(node: &impl Resource) -> Result<Vec<IpAddr>, AddressError> {
-    let Some(value) = node
-        .meta()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_PROVIDED_NODE_IP))
-    else {
+pub fn provided_node_ips(node: &CachedNode) -> Result<Vec<IpAddr>, AddressError> {
+    let Some(value) = node.annotation(ANNOTATION_PROVIDED_NODE_IP) else {
         return Ok(Vec::new());
     };
     parse_provided_node_ips(value)

@@ -8,7 +8,8 @@ use cloud_provider::{
     InstanceMetadata, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_REGION,
     LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA,
 };
-use kube::Resource;
+
+use crate::cached_node::CachedNode;
 
 /// (beta key, GA key) pairs kept in sync on initialized nodes: the GA label copies the beta one.
 pub const RECONCILED_LABELS: [(&str, &str); 3] = [
@@ -27,19 +28,14 @@ pub fn is_reserved_label_key(key: &str) -> bool {
     })
 }
 
-fn node_labels(node: &impl Resource) -> Option<&BTreeMap<String, String>> {
-    node.meta().labels.as_ref()
-}
-
 /// The labels to set when initializing `node` from `metadata`: only keys whose value differs from the
 /// node's current value. Instance type, zone and region overwrite; additional labels never do, and reserved
 /// keys among them are ignored.
 pub fn initialization_labels(
-    node: &impl Resource,
+    node: &CachedNode,
     metadata: &InstanceMetadata,
 ) -> BTreeMap<String, String> {
-    let current = node_labels(node);
-    let value_of = |k: &str| current.and_then(|l| l.get(k));
+    let value_of = |k: &str| node.label(k);
     let mut wanted: BTreeMap<String, String> = BTreeMap::new();
     let pairs = [
         (
@@ -55,7 +51,7 @@ pub fn initialization_labels(
             continue;
         }
         for key in [ga, beta] {
-            if value_of(key) != Some(value) {
+            if value_of(key) != Some(value.as_str()) {
                 wanted.insert(key.to_string(), value.clone());
             }
         }
@@ -73,16 +69,13 @@ pub fn initialization_labels(
 }
 
 /// The GA labels an initialized node is missing or has out of sync with its beta label.
-pub fn reconciled_labels(node: &impl Resource) -> BTreeMap<String, String> {
+pub fn reconciled_labels(node: &CachedNode) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    let Some(labels) = node_labels(node) else {
-        return out;
-    };
     for (beta, ga) in RECONCILED_LABELS {
-        if let Some(value) = labels.get(beta)
-            && labels.get(ga) != Some(value)
+        if let Some(value) = node.label(beta)
+            && node.label(ga) != Some(value)
         {
-            out.insert(ga.to_string(), value.clone());
+            out.insert(ga.to_string(), value.to_string());
         }
     }
     out
@@ -93,7 +86,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
 
-    fn node(labels: &[(&str, &str)]) -> Node {
+    fn node(labels: &[(&str, &str)]) -> CachedNode {
         let mut n = Node::default();
         n.metadata.labels = Some(
             labels
@@ -101,7 +94,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         );
-        n
+        CachedNode::from(n)
     }
 
     #[test]
@@ -181,6 +174,6 @@ mod tests {
         assert_eq!(got[LABEL_ZONE], "z1");
         assert_eq!(got[LABEL_REGION], "r1");
         assert!(reconciled_labels(&node(&[(LABEL_ZONE_BETA, "z"), (LABEL_ZONE, "z")])).is_empty());
-        assert!(reconciled_labels(&Node::default()).is_empty());
+        assert!(reconciled_labels(&CachedNode::default()).is_empty());
     }
 }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
-use crate::events::{EventRecorder, EventType, object_ref};
+use crate::events::{EventRecorder, EventType};
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::workqueue::WorkQueue;
@@ -138,13 +138,13 @@ impl StaleVersions {
     }
 
     fn is_stale(&self, node: &CachedNode) -> bool {
-        let Some(rv) = node.metadata.resource_version.as_ref() else {
+        let Some(rv) = node.resource_version() else {
             return false;
         };
         self.by_node
             .lock()
             .get(node.name())
-            .is_some_and(|v| v.contains(rv))
+            .is_some_and(|v| v.iter().any(|known| known == rv))
     }
 
     /// Called for every version the watch delivers: a fresh version ends the bookkeeping for the node.
@@ -257,7 +257,7 @@ async fn pump(
         match event {
             None => return,
             Some(InformerEvent::Applied(node)) => {
-                tracing::trace!(node = %node.name(), rv = ?node.metadata.resource_version, "node changed");
+                tracing::trace!(node = %node.name(), rv = ?node.resource_version(), "node changed");
                 if !inner.stale.observe(&node) && needs_sync(&node) {
                     inner.queue.add(node.name().to_string());
                 }
@@ -351,7 +351,7 @@ impl Inner {
         let name = node.name();
         let patch = json!({
             "metadata": {
-                "resourceVersion": node.metadata.resource_version,
+                "resourceVersion": node.resource_version(),
                 "labels": labels,
             }
         });
@@ -360,7 +360,7 @@ impl Inner {
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         self.stale
-            .record(name, [node.metadata.resource_version.clone()]);
+            .record(name, [node.resource_version().map(str::to_string)]);
         tracing::debug!(node = %name, rv = ?updated.metadata.resource_version, "reconciled node labels");
         Ok(())
     }
@@ -398,7 +398,7 @@ impl Inner {
             Ok(a) => a,
             Err(e) => {
                 self.recorder.publish(
-                    &object_ref(node),
+                    &node.object_reference(),
                     EventType::Warning,
                     "ProvidedNodeIPMismatch",
                     "InitializeNode",
@@ -407,8 +407,8 @@ impl Inner {
                 return Err(e.into());
             }
         };
-        let mut written = vec![node.metadata.resource_version.clone()];
-        let mut resource_version = node.metadata.resource_version.clone();
+        let mut written = vec![node.resource_version().map(str::to_string)];
+        let mut resource_version = node.resource_version().map(str::to_string);
         if let Some(addresses) = addresses {
             let patch = json!({
                 "metadata": { "resourceVersion": resource_version },
@@ -428,13 +428,13 @@ impl Inner {
         // Only after success: a failed write leaves the store copy current, and the retry must sync it.
         self.stale.record(name, written);
         self.recorder.publish(
-            &object_ref(node),
+            &node.object_reference(),
             EventType::Normal,
             "Synced",
             "InitializeNode",
             "Node synced successfully".to_string(),
         );
-        if let Some(created) = node.metadata.creation_timestamp.as_ref() {
+        if let Some(created) = node.creation_timestamp() {
             let age = k8s_openapi::jiff::Timestamp::now()
                 .duration_since(created.0)
                 .as_secs_f64()
@@ -495,7 +495,7 @@ impl Inner {
                 Ok(None) => {}
                 Ok(Some(addresses)) => {
                     let patch = json!({
-                        "metadata": { "resourceVersion": node.metadata.resource_version },
+                        "metadata": { "resourceVersion": node.resource_version() },
                         "status": { "addresses": addresses },
                     });
                     match self
@@ -512,7 +512,7 @@ impl Inner {
                 Err(e) => {
                     tracing::warn!(node = %name, error = %e, "node addresses not updated");
                     self.recorder.publish(
-                        &object_ref(node.as_ref()),
+                        &node.object_reference(),
                         EventType::Warning,
                         "ProvidedNodeIPMismatch",
                         "UpdateNodeAddresses",
@@ -599,17 +599,19 @@ mod tests {
 
     #[test]
     fn stale_versions_are_recognized_until_a_fresh_one_arrives() {
+        let at_version = |rv: &str| {
+            let mut n = Node::default();
+            n.metadata.name = Some("n1".into());
+            n.metadata.resource_version = Some(rv.into());
+            CachedNode::from(n)
+        };
         let stale = StaleVersions::default();
-        let mut n = tainted_node(false, None);
-        n.metadata.resource_version = Some("5".into());
         stale.record("n1", [Some("5".to_string()), Some("6".to_string())]);
-        assert!(stale.is_stale(&n));
-        assert!(stale.observe(&n));
-        n.metadata.resource_version = Some("7".into());
-        assert!(!stale.observe(&n));
-        n.metadata.resource_version = Some("5".into());
+        assert!(stale.is_stale(&at_version("5")));
+        assert!(stale.observe(&at_version("5")));
+        assert!(!stale.observe(&at_version("7")));
         assert!(
-            !stale.is_stale(&n),
+            !stale.is_stale(&at_version("5")),
             "bookkeeping ends with the fresh version"
         );
     }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
-use crate::events::{EventRecorder, EventType, object_ref};
+use crate::events::{EventRecorder, EventType};
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
 use crate::node::metadata::fit_bulk_results;
@@ -74,7 +74,7 @@ pub fn deletion_guard(candidates: usize, total: usize, max_percent: u32) -> Guar
 /// The merge patch that sets the node's taints to `taints`, guarded by its resourceVersion.
 fn taints_patch(node: &CachedNode, taints: Vec<Taint>) -> Value {
     json!({
-        "metadata": { "resourceVersion": node.metadata.resource_version },
+        "metadata": { "resourceVersion": node.resource_version() },
         "spec": { "taints": if taints.is_empty() { Value::Null } else { json!(taints) } },
     })
 }
@@ -231,7 +231,7 @@ impl CloudNodeLifecycleController {
                 );
                 if let Some(first) = gone.iter().min_by_key(|n| n.name()) {
                     self.recorder.publish(
-                        &object_ref(first.as_ref()),
+                        &first.object_reference(),
                         EventType::Warning,
                         "DeletionGuardTripped",
                         "DeleteNode",
@@ -301,7 +301,7 @@ impl CloudNodeLifecycleController {
 
     async fn delete_node(&self, node: &CachedNode) -> bool {
         let name = node.name();
-        let reference = object_ref(node);
+        let reference = node.object_reference();
         tracing::info!(node = %name, "deleting node since it is no longer present in the cloud provider");
         self.recorder.publish(
             &reference,
@@ -312,7 +312,7 @@ impl CloudNodeLifecycleController {
         );
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: node.metadata.uid.clone(),
+                uid: node.uid().map(str::to_string),
                 resource_version: None,
             }),
             ..DeleteParams::default()

@@ -36,7 +36,7 @@ pub use crate::cached_node::CONDITION_NETWORK_UNAVAILABLE;
 use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
-use crate::events::{EventRecorder, EventType, object_ref};
+use crate::events::{EventRecorder, EventType};
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
@@ -385,7 +385,7 @@ impl Reconciler {
                 tracing::warn!("{message}");
                 if let Some(node) = node {
                     self.recorder.publish(
-                        &object_ref(node.as_ref()),
+                        &node.object_reference(),
                         EventType::Warning,
                         REASON_FAILED_TO_CREATE_ROUTE,
                         "CreateRoute",

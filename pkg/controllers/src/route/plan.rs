@@ -103,7 +103,7 @@ impl NodeRouting {
     pub fn of(node: &CachedNode) -> Self {
         NodeRouting {
             name: node.name().to_string(),
-            uid: node.metadata.uid.clone().unwrap_or_default(),
+            uid: node.uid().unwrap_or_default().to_string(),
             pod_cidrs: node.pod_cidrs.clone(),
             addresses: node.addresses.clone(),
         }

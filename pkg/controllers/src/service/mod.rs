@@ -441,7 +441,7 @@ impl NodeView {
     fn of(node: &CachedNode) -> Self {
         NodeView {
             eligible: predicates::is_load_balancer_node(node),
-            provider_id: node.provider_id.clone(),
+            provider_id: node.provider_id().map(str::to_string),
             addresses: node.addresses.clone(),
         }
     }

@@ -166,11 +166,7 @@ pub fn is_load_balancer_node(node: &CachedNode) -> bool {
     if node.is_terminating() {
         return false;
     }
-    if let Some(value) = node
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_EXCLUDE_FROM_EXTERNAL_LB))
+    if let Some(value) = node.label(LABEL_EXCLUDE_FROM_EXTERNAL_LB)
         && parse_bool(value) != Some(false)
     {
         return false;
