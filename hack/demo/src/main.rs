@@ -287,11 +287,11 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         || async {
             let lbs = h.admin().load_balancers().await?;
             let targets: std::collections::BTreeSet<String> =
-                lbs.iter().flat_map(|lb| lb.nodes.clone()).collect();
+                lbs.iter().flat_map(|lb| lb.nodes.iter().cloned()).collect();
             let stale: BTreeMap<String, Vec<String>> = lbs
                 .iter()
                 .filter(|lb| lb.nodes.iter().any(|n| n == TERMINATED))
-                .map(|lb| (lb.service.clone(), lb.nodes.clone()))
+                .map(|lb| (lb.service.clone(), lb.nodes.to_vec()))
                 .collect();
             let done = lbs.len() == SERVICES.len() && stale.is_empty();
             Ok(Check::when(done, targets, || {

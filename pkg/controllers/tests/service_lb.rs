@@ -89,7 +89,7 @@ async fn finalizer_is_added_before_the_cloud_call_and_status_after() {
     assert_eq!(lbs.len(), 1);
     assert_eq!(ips, vec![lbs[0].ip.clone()]);
     assert_eq!(lbs[0].service_uid, created.metadata.uid.clone().unwrap());
-    assert_eq!(lbs[0].nodes, vec!["n1".to_string()]);
+    assert_eq!(*lbs[0].nodes, ["n1".to_string()]);
     wait_event(&env, "default", "web", "EnsuringLoadBalancer").await;
     wait_event(&env, "default", "web", "EnsuredLoadBalancer").await;
     env.stop().await.unwrap();
@@ -323,7 +323,7 @@ async fn wait_lb_nodes(env: &Env, expected: &[&str]) {
         &format!("every load balancer on {expected:?}"),
         || async {
             let lbs = env.fake.load_balancers();
-            lbs.len() == 2 && lbs.iter().all(|lb| lb.nodes == expected)
+            lbs.len() == 2 && lbs.iter().all(|lb| *lb.nodes == *expected)
         },
     )
     .await;

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::{CloudError, ProviderId, default_load_balancer_name, node_address};
@@ -84,8 +85,8 @@ pub struct LoadBalancerRecord {
     pub ip: String,
     /// The ports, in Service order.
     pub ports: Vec<LoadBalancerPort>,
-    /// The backend node names, sorted.
-    pub nodes: Vec<String>,
+    /// The backend node names, sorted (one shared list for all load balancers with the same backends).
+    pub nodes: Arc<[String]>,
     /// How many times `ensure_load_balancer` succeeded for it.
     pub ensure_count: u64,
     /// How many times `update_load_balancer` succeeded for it.
@@ -182,6 +183,8 @@ pub(crate) struct State {
     dead_ids: BTreeSet<String>,
     dead_names: BTreeSet<String>,
     lbs: BTreeMap<String, LoadBalancerRecord>,
+    /// The backend list given last, shared by the load balancers that have the same backends.
+    last_backends: Arc<[String]>,
     pool: IpPool,
     routes: BTreeMap<String, RouteRecord>,
     faults: BTreeMap<String, FaultSpec>,
@@ -222,6 +225,7 @@ impl State {
             dead_ids: BTreeSet::new(),
             dead_names: BTreeSet::new(),
             lbs: BTreeMap::new(),
+            last_backends: Arc::from([]),
             pool: IpPool::new(cidr),
             routes: BTreeMap::new(),
             faults: cfg.faults.clone(),
@@ -603,12 +607,20 @@ impl State {
             .unwrap_or_default()
     }
 
-    fn node_names(nodes: &[Node]) -> Vec<String> {
-        let set: BTreeSet<String> = nodes
+    /// The sorted backend names of `nodes`, shared with the previous load balancer's when they are the same.
+    fn backends(&mut self, nodes: &[Node]) -> Arc<[String]> {
+        let set: BTreeSet<&str> = nodes
             .iter()
-            .filter_map(|n| n.metadata.name.clone())
+            .filter_map(|n| n.metadata.name.as_deref())
             .collect();
-        set.into_iter().collect()
+        if !set
+            .iter()
+            .copied()
+            .eq(self.last_backends.iter().map(String::as_str))
+        {
+            self.last_backends = set.into_iter().map(str::to_string).collect();
+        }
+        self.last_backends.clone()
     }
 
     fn requested_ip(service: &Service) -> Result<Option<IpAddr>, CloudError> {
@@ -668,8 +680,7 @@ impl State {
                 None => self.pool.allocate().map_err(pool_err)?.to_string(),
             },
         };
-        let record = self
-            .lbs
+        self.lbs
             .entry(name.clone())
             .or_insert_with(|| LoadBalancerRecord {
                 name: name.clone(),
@@ -678,15 +689,17 @@ impl State {
                 service_uid: service.metadata.uid.clone().unwrap_or_default(),
                 ip: ip.clone(),
                 ports: Vec::new(),
-                nodes: Vec::new(),
+                nodes: Arc::from([]),
                 ensure_count: 0,
                 update_count: 0,
             });
+        let backends = self.backends(nodes);
+        let record = self.lbs.get_mut(&name).expect("inserted above");
         record.ip = ip.clone();
         record.cluster = cluster.to_string();
         record.service = Self::service_key(service);
         record.ports = Self::ports_of(service);
-        record.nodes = Self::node_names(nodes);
+        record.nodes = backends;
         record.ensure_count += 1;
         Ok(Self::status_of(&ip))
     }
@@ -697,13 +710,15 @@ impl State {
         nodes: &[Node],
     ) -> Result<(), CloudError> {
         let name = Self::lb_name(service)?;
-        let record = self.lbs.get_mut(&name).ok_or_else(|| {
-            CloudError::provider(format!(
+        if !self.lbs.contains_key(&name) {
+            return Err(CloudError::provider(format!(
                 "load balancer {name} of service {} does not exist",
                 Self::service_key(service)
-            ))
-        })?;
-        record.nodes = Self::node_names(nodes);
+            )));
+        }
+        let backends = self.backends(nodes);
+        let record = self.lbs.get_mut(&name).expect("checked above");
+        record.nodes = backends;
         record.update_count += 1;
         Ok(())
     }

@@ -556,6 +556,12 @@ async fn run_on(
     }
     let drain = drain_start.elapsed();
 
+    // Memory is read before the end-state checks: they query the fake cloud's admin API, which runs inside
+    // the daemon process and would add the buffers of its answers to the daemon's peak. VmHWM is updated
+    // lazily by the kernel; the current RSS may be above it for a moment.
+    let rss_kib = daemon.rss_kib().unwrap_or(0);
+    let peak_rss_kib = daemon.peak_rss_kib().unwrap_or(0).max(rss_kib);
+
     // End state.
     let mut failures = Vec::new();
     if !all_done {
@@ -576,9 +582,6 @@ async fn run_on(
         }
     }
 
-    // VmHWM is updated lazily by the kernel; the current RSS may be above it for a moment.
-    let rss_kib = daemon.rss_kib().unwrap_or(0);
-    let peak_rss_kib = daemon.peak_rss_kib().unwrap_or(0).max(rss_kib);
     notes.push(format!(
         "daemon at the end: {:.1} MiB resident (peak {:.1} MiB), {} open sockets",
         rss_kib as f64 / 1024.0,

@@ -316,7 +316,7 @@ async fn load_balancers_are_idempotent_and_release_ips() {
     );
     assert_eq!(lbs[0].name, c.get_load_balancer_name("k", &s1));
     assert_eq!(lbs[0].service, "default/web");
-    assert_eq!(lbs[0].nodes, vec!["b"]);
+    assert_eq!(*lbs[0].nodes, ["b".to_string()]);
     assert_eq!(lbs[0].ensure_count, 2);
     assert_eq!(lbs[0].ports[0].port, 80);
     assert_eq!(lbs[0].ports[0].node_port, Some(30080));
@@ -328,7 +328,7 @@ async fn load_balancers_are_idempotent_and_release_ips() {
     c.update_load_balancer("k", &s1, &nodes).await.unwrap();
     let lb = &c.handle().load_balancers()[0];
     assert_eq!(
-        (lb.nodes.clone(), lb.update_count),
+        (lb.nodes.to_vec(), lb.update_count),
         (vec!["a".to_string(), "b".to_string()], 1)
     );
     assert!(c.update_load_balancer("k", &s2, &nodes).await.is_err());
@@ -747,4 +747,35 @@ async fn snapshot_is_sorted_and_complete() {
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["instances"][0]["providerID"], "fake://alpha");
     assert_eq!(json["instances"][0]["state"], "running");
+}
+
+#[tokio::test]
+async fn load_balancers_with_the_same_backends_share_one_list() {
+    let c = cloud("loadBalancerCIDR: 192.0.2.0/29\n");
+    let web = service(
+        "web",
+        "11111111-2222-3333-4444-555555555555",
+        &[(80, 30080)],
+    );
+    let api = service(
+        "api",
+        "aaaaaaaa-2222-3333-4444-555555555555",
+        &[(443, 30443)],
+    );
+    let nodes = [node("b"), node("a")];
+    c.ensure_load_balancer("k", &web, &nodes).await.unwrap();
+    c.ensure_load_balancer("k", &api, &nodes).await.unwrap();
+    let lbs = c.handle().load_balancers();
+    assert_eq!(*lbs[0].nodes, ["a".to_string(), "b".to_string()]);
+    assert!(std::sync::Arc::ptr_eq(&lbs[0].nodes, &lbs[1].nodes));
+    c.update_load_balancer("k", &api, &nodes[..1])
+        .await
+        .unwrap();
+    let lbs = c.handle().load_balancers();
+    let by_service = |key: &str| lbs.iter().find(|lb| lb.service == key).unwrap();
+    assert_eq!(*by_service("default/api").nodes, ["b".to_string()]);
+    assert_eq!(
+        *by_service("default/web").nodes,
+        ["a".to_string(), "b".to_string()]
+    );
 }
