@@ -7,7 +7,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools && r
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl \
-      -p cloud-controller-manager --no-default-features --features "${FEATURES}" \
+      -p cloud-controller-manager --no-default-features --features "jemalloc,${FEATURES}" \
  && cp target/x86_64-unknown-linux-musl/release/cloud-controller-manager /cloud-controller-manager
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -10,6 +10,15 @@
 //! IDs ([`ProviderId`]), the default load-balancer name ([`default_load_balancer_name`]), node-address
 //! functions and the well-known taint, label and annotation names ([`well_known`]).
 //!
+//! # The Nodes providers are given
+//!
+//! The controllers keep a compact copy of every Node, and the `Node`s they hand to [`InstancesV2`] and
+//! [`LoadBalancer`] calls are rebuilt from it. They carry the metadata (name, UID, resourceVersion, creation
+//! and deletion timestamps, labels, annotations), the spec's provider ID, pod CIDRs and taints, the status
+//! addresses, and the `Ready` and `NetworkUnavailable` conditions with their type and status. Node info,
+//! capacity, images, volumes and the other conditions are not included; a provider that needs them reads the
+//! Node from the API server.
+//!
 //! # Writing a provider
 //!
 //! ```
