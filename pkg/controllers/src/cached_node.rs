@@ -287,8 +287,8 @@ impl From<BTreeMap<String, String>> for StringMap {
     }
 }
 
-/// The process-wide pool of interned strings, pruned of strings nobody holds any more whenever it has grown
-/// to twice its size after the last pruning.
+/// A pool of interned strings, pruned of strings nobody holds any more whenever it has grown to twice its
+/// size after the last pruning.
 struct Interner {
     strings: HashSet<Arc<str>>,
     prune_at: usize,
@@ -297,26 +297,34 @@ struct Interner {
 /// Size below which the pool is never pruned.
 const INTERNER_MIN_PRUNE: usize = 4_096;
 
-static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(|| {
-    Mutex::new(Interner {
-        strings: HashSet::new(),
-        prune_at: INTERNER_MIN_PRUNE,
-    })
-});
+impl Interner {
+    fn new() -> Self {
+        Interner {
+            strings: HashSet::new(),
+            prune_at: INTERNER_MIN_PRUNE,
+        }
+    }
 
-/// The shared copy of `s`.
+    /// The shared copy of `s`.
+    fn intern(&mut self, s: String) -> Arc<str> {
+        if let Some(shared) = self.strings.get(s.as_str()) {
+            return shared.clone();
+        }
+        if self.strings.len() >= self.prune_at {
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.prune_at = (self.strings.len() * 2).max(INTERNER_MIN_PRUNE);
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.strings.insert(shared.clone());
+        shared
+    }
+}
+
+/// The process's pool, shared by every node copy.
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(|| Mutex::new(Interner::new()));
+
 fn intern(s: String) -> Arc<str> {
-    let mut pool = INTERNER.lock();
-    if let Some(shared) = pool.strings.get(s.as_str()) {
-        return shared.clone();
-    }
-    if pool.strings.len() >= pool.prune_at {
-        pool.strings.retain(|s| Arc::strong_count(s) > 1);
-        pool.prune_at = (pool.strings.len() * 2).max(INTERNER_MIN_PRUNE);
-    }
-    let shared: Arc<str> = Arc::from(s);
-    pool.strings.insert(shared.clone());
-    shared
+    INTERNER.lock().intern(s)
 }
 
 #[cfg(test)]
@@ -483,5 +491,27 @@ mod tests {
             b.to_btree_map().unwrap()["topology.kubernetes.io/zone"],
             "z1"
         );
+    }
+
+    #[test]
+    fn the_pool_forgets_strings_nobody_holds() {
+        let mut pool = Interner::new();
+        let kept = pool.intern("kept".to_string());
+        for i in 1..INTERNER_MIN_PRUNE {
+            pool.intern(format!("gone-{i}"));
+        }
+        assert_eq!(pool.strings.len(), INTERNER_MIN_PRUNE);
+        let again = pool.intern("kept".to_string());
+        assert!(
+            Arc::ptr_eq(&kept, &again),
+            "a held string is found, not copied"
+        );
+        pool.intern("new".to_string());
+        assert_eq!(
+            pool.strings.len(),
+            2,
+            "pruned to the held string, then the new one"
+        );
+        assert!(pool.strings.contains("kept"));
     }
 }
