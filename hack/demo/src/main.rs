@@ -5,7 +5,9 @@
 //! another. A watch on Nodes and Services narrates what the CCM does as it happens; at the end it prints
 //! the state as tables and checks every expected outcome. Exit code 0 only when all of them happened.
 //!
-//! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`).
+//! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`). With `DEMO_KUBECONFIG`
+//! (an admin's kubeconfig) and `DEMO_CCM_KUBECONFIG` (the CCM's) it runs against that cluster instead, as
+//! `make demo REAL=1` does with `hack/realkube`'s real control plane.
 
 mod narrator;
 mod tables;
@@ -135,15 +137,28 @@ async fn wait_node(
 
 async fn run() -> anyhow::Result<bool> {
     let started = Instant::now();
-    println!(
-        "Starting the in-memory API server and the cloud-controller-manager (fake cloud provider)..."
-    );
+    println!("Starting the API server and the cloud-controller-manager (fake cloud provider)...");
+    // `make demo REAL=1` runs on hack/realkube's control plane: the admin's kubeconfig and the CCM's
+    // (the ServiceAccount of deploy/rbac.yaml); by default the in-memory API server.
+    let real = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(Into::into)
+    };
     let config = HarnessConfig {
-        kubeconfig: None,
+        kubeconfig: real("DEMO_KUBECONFIG"),
         mode: Mode::Simulated,
         fake_admin: None,
         ccm_namespace: "kube-system".into(),
+        ccm_kubeconfig: real("DEMO_CCM_KUBECONFIG"),
+        audit_log: None,
     };
+    if let Some(path) = &config.kubeconfig {
+        println!(
+            "  API server:           the real control plane of {}",
+            path.display()
+        );
+    }
     let options = LocalOptions {
         replicas: 1,
         cloud_config: CLOUD_CONFIG.to_string(),
@@ -154,7 +169,9 @@ async fn run() -> anyhow::Result<bool> {
         .await
         .context("starting the demo")?;
     if let Some(local) = harness.local() {
-        println!("  API server:           {}", local.server().url());
+        if let Some(server) = local.server() {
+            println!("  API server:           {}", server.url());
+        }
         println!("  fake cloud admin API: http://{}", local.admin_address());
         println!(
             "  CCM log:              {}",

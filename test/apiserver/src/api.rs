@@ -1007,6 +1007,9 @@ fn guaranteed_update(
         } else {
             object::remove_meta(&mut new, "namespace");
         }
+        if s == Storage::Services {
+            service::default_ingress_ip_mode(&mut new);
+        }
         strategy::isolate(def, status_sub, &mut new, &old);
         if s == Storage::Services && !status_sub {
             service::carry_allocations(&mut new, &old);

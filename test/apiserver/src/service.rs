@@ -126,6 +126,59 @@ pub(crate) fn default_service(v: &mut Value) {
     order_spec(v);
 }
 
+/// Defaults `ipMode: VIP` on load-balancer ingress points with an `ip`, as the real server's decoding does.
+/// It runs on the object the request carries, before a status write restores the stored spec: a status
+/// write whose body changes `spec.type` away from `LoadBalancer` gets no default (and fails validation).
+pub(crate) fn default_ingress_ip_mode(v: &mut Value) {
+    if service_type(v) != "LoadBalancer" {
+        return;
+    }
+    let Some(ingress) = v
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for point in ingress.iter_mut() {
+        let Value::Object(point) = point else {
+            continue;
+        };
+        let has_ip = point
+            .get("ip")
+            .and_then(Value::as_str)
+            .is_some_and(|ip| !ip.is_empty());
+        if has_ip && point.get("ipMode").is_none_or(Value::is_null) {
+            point.insert("ipMode".into(), json!("VIP"));
+        }
+    }
+}
+
+/// Validation of `status.loadBalancer.ingress`: an `ip` needs an `ipMode` of `VIP` or `Proxy`.
+fn validate_ingress(v: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(ingress) = v
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+    else {
+        return errs;
+    };
+    for (i, point) in ingress.iter().enumerate() {
+        let field = format!("status.loadBalancer.ingress[{i}].ipMode");
+        let has_ip = point["ip"].as_str().is_some_and(|ip| !ip.is_empty());
+        match point["ipMode"].as_str() {
+            None if has_ip => errs.push(FieldError::required(
+                field,
+                "must be specified when `ip` is set",
+            )),
+            Some(mode) if !["Proxy", "VIP"].contains(&mode) => {
+                errs.push(FieldError::not_supported(field, mode, &["Proxy", "VIP"]));
+            }
+            _ => {}
+        }
+    }
+    errs
+}
+
 /// Puts the spec keys in the order the real server serialises them.
 pub(crate) fn order_spec(v: &mut Value) {
     if let Some(Value::Object(s)) = v.get_mut("spec") {
@@ -404,6 +457,7 @@ pub(crate) fn validate(v: &Value) -> Vec<FieldError> {
         }
     }
     errs.extend(validation::labels(&s["selector"], "spec.selector"));
+    errs.extend(validate_ingress(v));
     errs
 }
 

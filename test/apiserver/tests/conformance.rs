@@ -478,18 +478,32 @@ async fn expired_resource_versions_get_410() {
         &format!("/api/v1/nodes?watch=1&resourceVersion={from}&timeoutSeconds=5"),
     )
     .await;
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert_eq!(lines[0]["type"], "ERROR");
-    let status = &lines[0]["object"];
-    assert_eq!(status["kind"], "Status");
-    assert_eq!(status["code"], 410);
-    assert_eq!(status["reason"], "Expired");
-    assert!(
-        status["message"]
-            .as_str()
-            .unwrap()
-            .starts_with(&format!("too old resource version: {from} ("))
-    );
+    if !t.in_process() && lines.first().is_some_and(|l| l["type"] != "ERROR") {
+        // A young real cluster still has its whole history (its watch cache keeps at least the last
+        // 75 s, etcd compacts every 5 min): the watch replays it in resourceVersion order instead.
+        let versions: Vec<u64> = lines.iter().map(|l| rv(&l["object"])).collect();
+        assert!(
+            versions.windows(2).all(|w| w[0] < w[1]),
+            "a replay is in resourceVersion order: {versions:?}"
+        );
+        eprintln!(
+            "the real cluster still had resourceVersion 1: replayed {} events",
+            lines.len()
+        );
+    } else {
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["type"], "ERROR");
+        let status = &lines[0]["object"];
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["code"], 410);
+        assert_eq!(status["reason"], "Expired");
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("too old resource version: {from} ("))
+        );
+    }
     delete_node(c, &name).await;
 
     // A LIST at a future resourceVersion times out with 504 and Retry-After.
@@ -1034,15 +1048,36 @@ async fn service_status_and_finalizers() {
     let created = create_service(c, &ns, json!({"apiVersion":"v1","kind":"Service","metadata":{"name":"lb-svc"},"spec":{"type":"LoadBalancer","ports":[{"port":80}]}})).await;
     assert_eq!(created.code, 201);
 
-    let st = patch(c, &format!("{base}/status"), smp, r#"{"spec":{"type":"ClusterIP"},"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#).await;
-    assert_eq!(st.code, 200);
+    // The request's object is defaulted before the status strategy restores the stored spec: with
+    // `spec.type: ClusterIP` in the body the ingress gets no `ipMode` and the write is invalid.
+    let retyped = patch(c, &format!("{base}/status"), smp, r#"{"spec":{"type":"ClusterIP"},"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#).await;
+    assert_status(&retyped, 422, "Invalid");
     assert_eq!(
-        st.body["spec"]["type"], "LoadBalancer",
+        retyped.body["details"]["causes"][0]["field"],
+        "status.loadBalancer.ingress[0].ipMode"
+    );
+    assert_eq!(
+        retyped.body["details"]["causes"][0]["message"],
+        "Required value: must be specified when `ip` is set"
+    );
+    let bad_mode = patch(
+        c,
+        &format!("{base}/status"),
+        smp,
+        r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10","ipMode":"Direct"}]}}}"#,
+    )
+    .await;
+    assert_status(&bad_mode, 422, "Invalid");
+    let st = patch(c, &format!("{base}/status"), smp, r#"{"spec":{"selector":{"x":"y"}},"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#).await;
+    assert_eq!(st.code, 200, "{}", st.body);
+    assert!(
+        st.body["spec"].get("selector").is_none(),
         "status ignores spec"
     );
     assert_eq!(
         st.body["status"]["loadBalancer"]["ingress"],
-        json!([{"ip":"192.0.2.10"}])
+        json!([{"ip":"192.0.2.10","ipMode":"VIP"}]),
+        "ipMode defaults to VIP"
     );
     let st_rv = rv(&st.body);
     let main = patch(
@@ -1054,7 +1089,7 @@ async fn service_status_and_finalizers() {
     .await;
     assert_eq!(
         main.body["status"]["loadBalancer"]["ingress"],
-        json!([{"ip":"192.0.2.10"}]),
+        json!([{"ip":"192.0.2.10","ipMode":"VIP"}]),
         "main ignores status"
     );
     assert_eq!(

@@ -6,9 +6,11 @@
 //! | `E2E_MODE`          | `simulated` (create Nodes the way kubelets do) or `existing` (use the cluster's nodes) |
 //! | `E2E_FAKE_ADMIN`    | base URL of the fake cloud's admin API (required with `E2E_KUBECONFIG`)          |
 //! | `E2E_CCM_NAMESPACE` | namespace of the CCM's Lease and pods (default `kube-system`)                    |
+//! | `E2E_CCM_KUBECONFIG`| with `E2E_KUBECONFIG`: the harness runs the CCM replicas itself, as separate processes authenticating with this kubeconfig (e.g. `hack/realkube`'s ServiceAccount of `deploy/rbac.yaml`) |
+//! | `E2E_AUDIT_LOG`     | the target API server's audit log (JSON lines), for the RBAC and client-identity checks |
 //!
 //! Without `E2E_KUBECONFIG` the mode defaults to `simulated` (an empty API server has no nodes); with it,
-//! to `existing`.
+//! to `existing`, unless the harness runs the CCM itself (`E2E_CCM_KUBECONFIG`): then `simulated`.
 
 use std::path::PathBuf;
 
@@ -57,6 +59,10 @@ pub struct HarnessConfig {
     pub fake_admin: Option<String>,
     /// Namespace of the CCM's leader-election Lease and (in a real cluster) its pods.
     pub ccm_namespace: String,
+    /// The CCM's kubeconfig when the harness runs the CCM replicas against `kubeconfig`'s cluster.
+    pub ccm_kubeconfig: Option<PathBuf>,
+    /// The target API server's audit log.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl HarnessConfig {
@@ -72,13 +78,26 @@ impl HarnessConfig {
     ) -> Result<HarnessConfig, HarnessError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let kubeconfig = get("E2E_KUBECONFIG").map(PathBuf::from);
+        let ccm_kubeconfig = get("E2E_CCM_KUBECONFIG").map(PathBuf::from);
         let mode = match get("E2E_MODE") {
             Some(value) => Mode::parse(&value)?,
-            None if kubeconfig.is_some() => Mode::Existing,
+            None if kubeconfig.is_some() && ccm_kubeconfig.is_none() => Mode::Existing,
             None => Mode::Simulated,
         };
         let fake_admin = get("E2E_FAKE_ADMIN").map(|url| url.trim_end_matches('/').to_string());
-        if kubeconfig.is_some() && fake_admin.is_none() {
+        if ccm_kubeconfig.is_some() && kubeconfig.is_none() {
+            return Err(HarnessError::Config(
+                "E2E_CCM_KUBECONFIG needs E2E_KUBECONFIG: the CCM's credentials are for that cluster".into(),
+            ));
+        }
+        if ccm_kubeconfig.is_some() && fake_admin.is_some() {
+            return Err(HarnessError::Config(
+                "E2E_CCM_KUBECONFIG and E2E_FAKE_ADMIN exclude each other: with the first the harness runs the \
+                 CCM and its fake cloud itself"
+                    .into(),
+            ));
+        }
+        if kubeconfig.is_some() && ccm_kubeconfig.is_none() && fake_admin.is_none() {
             return Err(HarnessError::Config(
                 "E2E_KUBECONFIG is set but E2E_FAKE_ADMIN is not: the suite needs the fake cloud's admin API \
                  (e.g. http://127.0.0.1:10270 through `kubectl port-forward`)"
@@ -102,12 +121,19 @@ impl HarnessConfig {
             mode,
             fake_admin,
             ccm_namespace: get("E2E_CCM_NAMESPACE").unwrap_or_else(|| "kube-system".to_string()),
+            ccm_kubeconfig,
+            audit_log: get("E2E_AUDIT_LOG").map(PathBuf::from),
         })
     }
 
     /// True when the harness starts the API server and the CCM itself.
     pub fn is_local(&self) -> bool {
         self.kubeconfig.is_none()
+    }
+
+    /// True when the harness runs the CCM replicas itself (against its own API server or another one).
+    pub fn runs_ccm(&self) -> bool {
+        self.kubeconfig.is_none() || self.ccm_kubeconfig.is_some()
     }
 }
 
@@ -166,5 +192,31 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.mode, Mode::Simulated);
+    }
+
+    #[test]
+    fn a_ccm_kubeconfig_means_the_harness_runs_the_ccm_on_that_cluster() {
+        let c = config(&[
+            ("E2E_KUBECONFIG", "/admin"),
+            ("E2E_CCM_KUBECONFIG", "/ccm"),
+            ("E2E_AUDIT_LOG", "/audit.log"),
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::Simulated);
+        assert!(!c.is_local());
+        assert!(c.runs_ccm());
+        assert_eq!(
+            c.audit_log.as_deref(),
+            Some(std::path::Path::new("/audit.log"))
+        );
+        let err = config(&[("E2E_CCM_KUBECONFIG", "/ccm")]).unwrap_err();
+        assert!(err.to_string().contains("needs E2E_KUBECONFIG"), "{err}");
+        let err = config(&[
+            ("E2E_KUBECONFIG", "/admin"),
+            ("E2E_CCM_KUBECONFIG", "/ccm"),
+            ("E2E_FAKE_ADMIN", "http://a"),
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("exclude each other"), "{err}");
     }
 }

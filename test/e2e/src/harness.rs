@@ -5,15 +5,18 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use test_apiserver::{AccessRule, TestApiServer, UserInfo};
 
 use crate::HarnessError;
 use crate::admin::FakeAdmin;
+use crate::audit::{AuditedRequest, read_audit_log};
 use crate::ccm::{CcmProcess, locate_binary};
 use crate::config::{HarnessConfig, Mode};
 use crate::kubelet::KubeletFleet;
@@ -122,9 +125,41 @@ pub fn kubeconfig_with_token(kubeconfig: &str, token: &str) -> Result<String, Ha
     serde_yaml::to_string(&value).map_err(|e| bad(e.to_string()))
 }
 
-/// The in-process API server and the CCM processes of a local run.
+/// The API server the harness' own CCM replicas talk to.
+pub enum LocalApi {
+    /// The in-process `test_apiserver` (the default).
+    InProcess(TestApiServer),
+    /// A running cluster (such as `hack/realkube`'s): the CCM authenticates with its own kubeconfig.
+    External {
+        /// The CCM's kubeconfig (the ServiceAccount of `deploy/rbac.yaml`).
+        ccm_kubeconfig: PathBuf,
+        /// The API server's audit log (JSON lines), the record of the CCM's requests.
+        audit_log: Option<PathBuf>,
+        /// A bearer token allowed to read the replicas' `/metrics`.
+        metrics_token: String,
+    },
+}
+
+impl std::fmt::Debug for LocalApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LocalApi::InProcess(server) => write!(f, "InProcess({})", server.url()),
+            LocalApi::External {
+                ccm_kubeconfig,
+                audit_log,
+                ..
+            } => f
+                .debug_struct("External")
+                .field("ccm_kubeconfig", ccm_kubeconfig)
+                .field("audit_log", audit_log)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// The CCM processes of a local run and the API server they use.
 pub struct LocalCluster {
-    server: TestApiServer,
+    api: LocalApi,
     dir: tempfile::TempDir,
     binary: PathBuf,
     ccm_kubeconfig: PathBuf,
@@ -138,6 +173,7 @@ pub struct LocalCluster {
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalCluster")
+            .field("api", &self.api)
             .field("dir", &self.dir.path())
             .field("admin_address", &self.admin_address)
             .field("replicas", &self.replicas)
@@ -146,9 +182,9 @@ impl std::fmt::Debug for LocalCluster {
 }
 
 impl LocalCluster {
-    /// Starts the API server, writes the CCM's kubeconfig and cloud-config, and starts the replicas.
+    /// Starts the in-process API server, writes the CCM's kubeconfig and cloud-config, and starts the
+    /// replicas.
     pub async fn start(options: LocalOptions) -> Result<LocalCluster, HarnessError> {
-        let binary = locate_binary()?;
         // No kube-controller-manager runs here to lift the not-ready taint a real API server's admission
         // adds to new Nodes, so the server does not add it.
         let server = TestApiServer::builder()
@@ -179,6 +215,33 @@ impl LocalCluster {
             ..AccessRule::default()
         });
 
+        let token_kubeconfig = kubeconfig_with_token(server.kubeconfig_yaml(), CCM_TOKEN)?;
+        Self::start_with(options, LocalApi::InProcess(server), Some(token_kubeconfig))
+    }
+
+    /// Starts the replicas against an external cluster, authenticating with `ccm_kubeconfig`.
+    pub fn start_external(
+        options: LocalOptions,
+        ccm_kubeconfig: PathBuf,
+        audit_log: Option<PathBuf>,
+        metrics_token: String,
+    ) -> Result<LocalCluster, HarnessError> {
+        let api = LocalApi::External {
+            ccm_kubeconfig,
+            audit_log,
+            metrics_token,
+        };
+        Self::start_with(options, api, None)
+    }
+
+    /// Writes the cloud-config (and, for the in-process server, the CCM's kubeconfig) and starts the
+    /// replicas.
+    fn start_with(
+        options: LocalOptions,
+        api: LocalApi,
+        token_kubeconfig: Option<String>,
+    ) -> Result<LocalCluster, HarnessError> {
+        let binary = locate_binary()?;
         let mut dir = tempfile::Builder::new()
             .prefix("ccm-e2e-")
             .tempdir()
@@ -193,11 +256,19 @@ impl LocalCluster {
                 source: e,
             })
         };
-        let ccm_kubeconfig = dir.path().join("ccm.kubeconfig");
-        write(
-            &ccm_kubeconfig,
-            &kubeconfig_with_token(server.kubeconfig_yaml(), CCM_TOKEN)?,
-        )?;
+        let ccm_kubeconfig = match (&api, token_kubeconfig) {
+            (LocalApi::External { ccm_kubeconfig, .. }, _) => ccm_kubeconfig.clone(),
+            (LocalApi::InProcess(_), Some(text)) => {
+                let path = dir.path().join("ccm.kubeconfig");
+                write(&path, &text)?;
+                path
+            }
+            (LocalApi::InProcess(_), None) => {
+                return Err(HarnessError::Config(
+                    "the in-process API server needs the CCM's kubeconfig".into(),
+                ));
+            }
+        };
 
         let admin_address = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
         let cloud_config = dir.path().join("cloud-config.yaml");
@@ -210,7 +281,7 @@ impl LocalCluster {
         )?;
 
         let mut cluster = LocalCluster {
-            server,
+            api,
             dir,
             binary,
             ccm_kubeconfig,
@@ -284,7 +355,7 @@ impl LocalCluster {
         let mut leaders = Vec::new();
         for (index, replica) in self.replicas.iter().enumerate() {
             // A killed replica does not answer; it is not the leader.
-            if let Ok(true) = replica.is_leader(METRICS_READER_TOKEN).await {
+            if let Ok(true) = replica.is_leader(self.metrics_token()).await {
                 leaders.push(index);
             }
         }
@@ -294,9 +365,25 @@ impl LocalCluster {
         })
     }
 
-    /// The API server.
-    pub fn server(&self) -> &TestApiServer {
-        &self.server
+    /// The in-process API server, when the replicas use it.
+    pub fn server(&self) -> Option<&TestApiServer> {
+        match &self.api {
+            LocalApi::InProcess(server) => Some(server),
+            LocalApi::External { .. } => None,
+        }
+    }
+
+    /// The API server the replicas use.
+    pub fn api(&self) -> &LocalApi {
+        &self.api
+    }
+
+    /// A bearer token allowed to read the replicas' `/metrics`.
+    pub fn metrics_token(&self) -> &str {
+        match &self.api {
+            LocalApi::InProcess(_) => METRICS_READER_TOKEN,
+            LocalApi::External { metrics_token, .. } => metrics_token,
+        }
     }
 
     /// The working directory (logs, kubeconfig, cloud-config).
@@ -309,22 +396,44 @@ impl LocalCluster {
         self.admin_address
     }
 
-    /// Every request the CCM replicas made (identified by their token), in order.
-    pub fn ccm_requests(&self) -> Vec<ApiRequest> {
-        self.server
-            .controls()
-            .request_log()
-            .into_iter()
-            .filter(|r| r.user == CCM_USER)
-            .map(|r| ApiRequest {
-                verb: r.verb,
-                group: r.group,
-                resource: r.resource,
-                subresource: r.subresource,
-                namespace: r.namespace,
-                name: r.name,
-            })
-            .collect()
+    /// Every request the CCM replicas made (identified by their user), in order: from the in-process
+    /// server's request log, or from an external server's audit log. `None` when there is no record.
+    pub fn ccm_requests(&self) -> Result<Option<Vec<AuditedRequest>>, HarnessError> {
+        match &self.api {
+            LocalApi::InProcess(server) => Ok(Some(
+                server
+                    .controls()
+                    .request_log()
+                    .into_iter()
+                    .filter(|r| r.user == CCM_USER)
+                    .map(|r| AuditedRequest {
+                        request: ApiRequest {
+                            verb: r.verb,
+                            group: r.group,
+                            resource: r.resource,
+                            subresource: r.subresource,
+                            namespace: r.namespace,
+                            name: r.name,
+                        },
+                        user_agent: None,
+                        code: r.code,
+                    })
+                    .collect(),
+            )),
+            LocalApi::External {
+                audit_log: Some(path),
+                ..
+            } => Ok(Some(
+                read_audit_log(path)?
+                    .into_iter()
+                    .filter(|r| r.user == CCM_USER)
+                    .map(|r| r.request)
+                    .collect(),
+            )),
+            LocalApi::External {
+                audit_log: None, ..
+            } => Ok(None),
+        }
     }
 
     /// The last lines of every replica's log, for failure messages.
@@ -386,43 +495,31 @@ impl Harness {
         config: HarnessConfig,
         local: LocalOptions,
     ) -> Result<Harness, HarnessError> {
-        let (client, admin, local) = match &config.kubeconfig {
-            None => {
+        let (client, admin, local) = match (&config.kubeconfig, &config.ccm_kubeconfig) {
+            (None, _) => {
                 let cluster = LocalCluster::start(local).await?;
                 let client = cluster
                     .server()
+                    .ok_or_else(|| HarnessError::Config("no in-process API server".into()))?
                     .client()
                     .map_err(|e| HarnessError::ApiServer(e.to_string()))?;
-                let admin = FakeAdmin::new(format!("http://{}", cluster.admin_address()));
-                // The fake cloud's admin API starts when a replica wins the election and initializes it.
-                let probe = &admin;
-                let ready = wait_for(
-                    "a CCM replica to lead and start the fake cloud's admin API",
-                    STARTUP_TIMEOUT,
-                    move || async move { Ok(Check::Done(probe.state().await?)) },
-                )
-                .await;
-                if let Err(err) = ready {
-                    return Err(HarnessError::Config(format!(
-                        "{err}\nCCM logs:\n{}",
-                        cluster.log_tails(40)
-                    )));
-                }
+                let admin = wait_for_fake_cloud(&cluster).await?;
                 (client, admin, Some(cluster))
             }
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    HarnessError::Config(format!("reading {}: {e}", path.display()))
-                })?;
-                let client_config =
-                    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                        .await
-                        .map_err(|e| {
-                            HarnessError::Config(format!("using {}: {e}", path.display()))
-                        })?;
-                let client = Client::try_from(client_config).map_err(|e| {
-                    HarnessError::kube(format!("building a client from {}", path.display()), e)
-                })?;
+            (Some(path), Some(ccm_kubeconfig)) => {
+                let client = client_from_kubeconfig(path).await?;
+                let metrics_token = metrics_reader_token(&client).await?;
+                let cluster = LocalCluster::start_external(
+                    local,
+                    ccm_kubeconfig.clone(),
+                    config.audit_log.clone(),
+                    metrics_token,
+                )?;
+                let admin = wait_for_fake_cloud(&cluster).await?;
+                (client, admin, Some(cluster))
+            }
+            (Some(path), None) => {
+                let client = client_from_kubeconfig(path).await?;
                 let admin = FakeAdmin::new(config.fake_admin.clone().unwrap_or_default());
                 (client, admin, None)
             }
@@ -500,6 +597,99 @@ impl Harness {
             Some(local) => local.log_tails(30),
             None => "the CCM runs in the cluster; see its pod logs".to_string(),
         }
+    }
+}
+
+/// A client with the identity of a kubeconfig file.
+async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .map_err(|e| HarnessError::Config(format!("reading {}: {e}", path.display())))?;
+    let client_config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| HarnessError::Config(format!("using {}: {e}", path.display())))?;
+    Client::try_from(client_config)
+        .map_err(|e| HarnessError::kube(format!("building a client from {}", path.display()), e))
+}
+
+/// Waits until a replica leads and has started the fake cloud's admin API, and returns its client.
+async fn wait_for_fake_cloud(cluster: &LocalCluster) -> Result<FakeAdmin, HarnessError> {
+    let admin = FakeAdmin::new(format!("http://{}", cluster.admin_address()));
+    let probe = &admin;
+    let ready = wait_for(
+        "a CCM replica to lead and start the fake cloud's admin API",
+        STARTUP_TIMEOUT,
+        move || async move { Ok(Check::Done(probe.state().await?)) },
+    )
+    .await;
+    match ready {
+        Ok(_) => Ok(admin),
+        Err(err) => Err(HarnessError::Config(format!(
+            "{err}\nCCM logs:\n{}",
+            cluster.log_tails(40)
+        ))),
+    }
+}
+
+/// On a real cluster: a ServiceAccount allowed to `get` the CCM's `/metrics` (RBAC on the non-resource
+/// URL, as an operator's Prometheus has it), and a token for it from the TokenRequest API.
+async fn metrics_reader_token(client: &Client) -> Result<String, HarnessError> {
+    let account: ServiceAccount = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": METRICS_READER_USER, "namespace": "kube-system"}
+    }))
+    .map_err(|e| HarnessError::Config(e.to_string()))?;
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": METRICS_READER_USER},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    }))
+    .map_err(|e| HarnessError::Config(e.to_string()))?;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": METRICS_READER_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER_USER},
+        "subjects": [{"kind": "ServiceAccount", "name": METRICS_READER_USER, "namespace": "kube-system"}]
+    }))
+    .map_err(|e| HarnessError::Config(e.to_string()))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "kube-system");
+    create_unless_exists(&accounts, &account, "the metrics reader's ServiceAccount").await?;
+    create_unless_exists(
+        &Api::all(client.clone()),
+        &role,
+        "the metrics reader's ClusterRole",
+    )
+    .await?;
+    create_unless_exists(
+        &Api::all(client.clone()),
+        &binding,
+        "the metrics reader's ClusterRoleBinding",
+    )
+    .await?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let answer = accounts
+        .create_token_request(METRICS_READER_USER, &PostParams::default(), &request)
+        .await
+        .map_err(|e| HarnessError::kube("requesting the metrics reader's token", e))?;
+    answer
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| HarnessError::Config("the TokenRequest answer has no token".into()))
+}
+
+/// Creates `object`; an existing one (409) is fine.
+async fn create_unless_exists<K>(api: &Api<K>, object: &K, what: &str) -> Result<(), HarnessError>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(HarnessError::kube(format!("creating {what}"), e)),
     }
 }
 

@@ -11,12 +11,14 @@
 //! - [`admin`]: a client of the fake cloud's admin API.
 //! - [`ccm`]: CCM processes (spawn, kill, logs, leader status).
 //! - [`rbac`]: the RBAC-honesty comparison of `deploy/rbac.yaml` with recorded requests.
+//! - [`audit`]: a real API server's audit log, the record of requests when the target is not in-process.
 //! - [`wait`]: bounded waits with clear failure messages.
 //! - [`well_known`]: label, taint and finalizer names, and readers of Nodes and Services.
 //!
 //! The demo (`hack/demo`) uses the same harness.
 
 pub mod admin;
+pub mod audit;
 pub mod ccm;
 pub mod config;
 pub mod harness;
@@ -30,9 +32,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use admin::FakeAdmin;
+pub use audit::{AuditEntry, AuditedRequest};
 pub use ccm::CcmProcess;
 pub use config::{HarnessConfig, Mode};
-pub use harness::{CCM_SERVICE_ACCOUNT, CCM_USER, Harness, LocalCluster, LocalOptions};
+pub use harness::{CCM_SERVICE_ACCOUNT, CCM_USER, Harness, LocalApi, LocalCluster, LocalOptions};
 pub use kubelet::{KubeletFleet, SimulatedNode};
 pub use rbac::{ApiRequest, RbacCheck, RbacManifest};
 pub use wait::{Check, wait_for};
