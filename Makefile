@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test demo e2e e2e-kind bench fmt fmt-check lint clean
+.PHONY: help build test test-realkube realkube demo e2e e2e-kind bench fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -15,12 +15,23 @@ help: ## List the targets.
 build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
-test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests.
+test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes suites.
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
+	$(MAKE) --no-print-directory test-realkube
 
-demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated.
+test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
+	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test.sh
+
+realkube: ## Build the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from Go modules.
+	hack/realkube/build.sh
+
+demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated (REAL=1: on a real kube-apiserver).
 	$(CARGO) build --locked -p cloud-controller-manager -p ccm-demo
+ifeq ($(REAL),1)
+	CARGO="$(CARGO)" hack/realkube/demo.sh
+else
 	$(CARGO) run --locked -p ccm-demo --
+endif
 
 e2e: ## The end-to-end suite against an embedded API server, the CCM running as a separate process.
 	$(CARGO) build --locked $(FEATURES) -p cloud-controller-manager

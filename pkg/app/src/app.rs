@@ -10,14 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_controllers::{
-    ControllerContext, ControllerMetrics, ControllerName, HealthRegistry, run_controllers,
+    ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
+    identity, run_controllers,
 };
 use cloud_provider::{CloudProvider, Registry, RegistryError};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimits, build_client, events_limits,
-    load_config,
+    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits, build_client,
+    build_client_sharing, events_limits, load_config,
 };
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
 use crate::service_accounts::{
@@ -186,8 +187,8 @@ pub async fn run_until(
         qps: config.kube_api_qps,
         burst: config.kube_api_burst,
     };
-    let client = build_client(kube_config.clone(), controller_limits)?;
-    let event_client = build_client(kube_config.clone(), events_limits(controller_limits))?;
+    let (client, event_client, controller_config) =
+        controller_clients(&kube_config, controller_limits, &config.controller_config)?;
     let service_accounts = config
         .use_service_account_credentials
         .then(|| ServiceAccountSettings {
@@ -227,7 +228,7 @@ pub async fn run_until(
         client: client.clone(),
         event_client,
         cloud: cloud.clone(),
-        config: config.controller_config.clone(),
+        config: controller_config,
         metrics: controller_metrics,
         health,
         identity: identity.clone(),
@@ -258,7 +259,11 @@ pub async fn run_until(
     };
 
     // Leader election.
-    let leader_client = build_client(kube_config, LEADER_ELECTION_LIMITS)?;
+    let leader_client = build_client(
+        kube_config,
+        LEADER_ELECTION_LIMITS,
+        identity::LEADER_ELECTION_CLIENT,
+    )?;
     let mut elector = LeaderElector::new(
         leader_client,
         le.elector_config(&identity),
@@ -336,6 +341,38 @@ fn lost(renewed: Result<(LeaderElector, RenewOutcome), tokio::task::JoinError>) 
         Ok((_, RenewOutcome::Stopped)) => AppError::LeaseLost("the renew loop stopped".to_string()),
         Err(err) => AppError::LeaseLost(format!("the renew task failed: {err}")),
     }
+}
+
+/// The controllers' API clients: the shared watches' client (`shared-informers`), one client per controller
+/// sharing the controllers' token bucket, and one event client per controller sharing the events' bucket,
+/// each named like upstream's client of that controller. Returns the shared client, the fallback event
+/// client and `base` with the per-controller clients added.
+fn controller_clients(
+    kube_config: &kube::Config,
+    limits: RateLimits,
+    base: &ControllerConfig,
+) -> Result<(kube::Client, kube::Client, Arc<ControllerConfig>), AppError> {
+    let controllers = RateLimitLayer::new(limits);
+    let events = RateLimitLayer::new(events_limits(limits));
+    let shared = build_client_sharing(
+        kube_config.clone(),
+        &controllers,
+        identity::SHARED_INFORMERS_CLIENT,
+    )?;
+    let event_client = build_client_sharing(kube_config.clone(), &events, identity::DAEMON_CLIENT)?;
+    let mut config = base.clone();
+    for controller in ControllerName::ALL {
+        let name = controller.client_name();
+        config.controller_clients.insert(
+            controller,
+            build_client_sharing(kube_config.clone(), &controllers, name)?,
+        );
+        config.event_clients.insert(
+            controller,
+            build_client_sharing(kube_config.clone(), &events, name)?,
+        );
+    }
+    Ok((shared, event_client, Arc::new(config)))
 }
 
 /// What the leader does: wait for the API server, initialize the cloud, give the controllers their own
@@ -438,8 +475,8 @@ async fn start_serving(
         Some(path) => load_config(Some(path), None).await?,
         None => kube_config.clone(),
     };
-    let authn_client = build_client(authn_config, AUTH_LIMITS)?;
-    let authz_client = build_client(authz_config, AUTH_LIMITS)?;
+    let authn_client = build_client(authn_config, AUTH_LIMITS, identity::DAEMON_CLIENT)?;
+    let authz_client = build_client(authz_config, AUTH_LIMITS, identity::DAEMON_CLIENT)?;
 
     let client_ca = if settings.authentication_skip_lookup {
         None

@@ -13,6 +13,11 @@
 //! | events            | [`events_limits`]: the controllers' numbers, at least 10 qps, burst 25 |
 //! | leader election   | [`LEADER_ELECTION_LIMITS`]: 5 qps, burst 10      |
 //! | delegated auth    | [`AUTH_LIMITS`]: 20 qps, burst 40 (TokenReview / SubjectAccessReview, cached) |
+//!
+//! Every client names itself in its `User-Agent` the way upstream's client builder does
+//! ([`with_user_agent`], `cloud_controllers::identity`): the controllers' clients (one per controller,
+//! sharing the controllers' bucket) and their event clients (sharing the events' bucket) by upstream's client
+//! name of the controller, the shared watches as `shared-informers`, leader election as `leader-election`.
 
 use std::future::Future;
 use std::path::Path;
@@ -21,6 +26,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use cloud_controllers::identity;
+use http::header::{HeaderValue, USER_AGENT};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use parking_lot::Mutex;
@@ -133,10 +140,36 @@ pub async fn load_config(
     Ok(config)
 }
 
-/// Builds a client from `config` whose requests pass through a token bucket with `limits`.
-pub fn build_client(config: kube::Config, limits: RateLimits) -> Result<kube::Client, ClientError> {
-    let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(limits)).build())
+/// `config` with the `User-Agent` of a client named `client_name` (replacing any other).
+pub fn with_user_agent(mut config: kube::Config, client_name: &str) -> kube::Config {
+    config.headers.retain(|(name, _)| *name != USER_AGENT);
+    // The value is built from the binary's name: a name that is no valid header value gets none.
+    if let Ok(value) = HeaderValue::from_str(&identity::user_agent(client_name)) {
+        config.headers.push((USER_AGENT, value));
+    }
+    config
+}
+
+/// Builds a client named `client_name` from `config` whose requests pass through a token bucket of its own
+/// with `limits`.
+pub fn build_client(
+    config: kube::Config,
+    limits: RateLimits,
+    client_name: &str,
+) -> Result<kube::Client, ClientError> {
+    build_client_sharing(config, &RateLimitLayer::new(limits), client_name)
+}
+
+/// Builds a client named `client_name` from `config` whose requests pass through `limiter`'s token bucket
+/// (shared with every other client built with a clone of it).
+pub fn build_client_sharing(
+    config: kube::Config,
+    limiter: &RateLimitLayer,
+    client_name: &str,
+) -> Result<kube::Client, ClientError> {
+    let builder = ClientBuilder::try_from(with_user_agent(config, client_name))
+        .map_err(ClientError::Build)?;
+    Ok(builder.with_layer(limiter).build())
 }
 
 /// A token bucket shared by every clone of a [`RateLimitLayer`].

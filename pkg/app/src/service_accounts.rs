@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
-use crate::client::{ClientError, RateLimitLayer, RateLimits};
+use crate::client::{ClientError, RateLimitLayer, RateLimits, with_user_agent};
 
 /// The namespace of the controllers' ServiceAccounts.
 pub const NAMESPACE: &str = "kube-system";
@@ -398,14 +398,15 @@ where
     }
 }
 
-/// A client for the server of `base` that authenticates only with `token` (none of `base`'s credentials)
-/// and has a token bucket of its own with `limits`.
+/// A client named `client_name` for the server of `base` that authenticates only with `token` (none of
+/// `base`'s credentials) and has a token bucket of its own with `limits`.
 pub fn service_account_client(
     base: &kube::Config,
     token: SharedToken,
     limits: RateLimits,
+    client_name: &str,
 ) -> Result<kube::Client, ClientError> {
-    let mut config = base.clone();
+    let mut config = with_user_agent(base.clone(), client_name);
     config.auth_info = kube::config::AuthInfo::default();
     config.headers.retain(|(name, _)| *name != AUTHORIZATION);
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
@@ -465,7 +466,8 @@ impl ControllerCredentials {
             tracing::info!(controller = name, service_account = %format!("{NAMESPACE}/{name}"),
                 lifetime = ?token.lifetime(), "the controller uses the credentials of its service account");
             let shared = SharedToken::new(token);
-            let client = service_account_client(base, shared.clone(), limits)?;
+            let client =
+                service_account_client(base, shared.clone(), limits, controller.client_name())?;
             credentials.clients.insert(*controller, client);
             credentials.tokens.push((*controller, shared.clone()));
             credentials.refreshers.push(tokio::spawn(keep_fresh(

@@ -244,6 +244,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         node_deletion_max_percent,
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
+        event_clients: Default::default(),
     };
 
     Ok(AppConfig {

@@ -37,10 +37,13 @@ pub struct ControllerConfig {
     pub concurrent_service_syncs: usize,
     /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
     pub node_deletion_max_percent: u32,
-    /// `--use-service-account-credentials`: the controllers' own API clients, each authenticated as the
-    /// controller's ServiceAccount. Empty without the flag: every controller then uses
-    /// [`ControllerContext::client`].
+    /// The controllers' own API clients (named like upstream's in their `User-Agent`; with
+    /// `--use-service-account-credentials` authenticated as the controller's ServiceAccount). A controller
+    /// without one uses [`ControllerContext::client`].
     pub controller_clients: ControllerClients,
+    /// The controllers' own event clients; a controller without one writes events with
+    /// [`ControllerContext::event_client`].
+    pub event_clients: ControllerClients,
 }
 
 /// API clients of individual controllers, by controller (see [`ControllerContext::client_for`]).
@@ -99,6 +102,7 @@ impl Default for ControllerConfig {
             concurrent_service_syncs: 1,
             node_deletion_max_percent: 50,
             controller_clients: ControllerClients::default(),
+            event_clients: ControllerClients::default(),
         }
     }
 }
@@ -147,9 +151,15 @@ impl ControllerContext {
     /// An event recorder reporting as `controller`, writing through [`ControllerContext::event_client`].
     /// Must be called inside a Tokio runtime (it starts the recorder's writer task).
     pub fn recorder(&self, controller: ControllerName) -> EventRecorder {
+        let client = self
+            .config
+            .event_clients
+            .get(controller)
+            .cloned()
+            .unwrap_or_else(|| self.event_client.clone());
         EventRecorder::new(
-            self.event_client.clone(),
-            controller.canonical(),
+            client,
+            controller.event_component(),
             &self.identity,
             self.metrics.clone(),
         )

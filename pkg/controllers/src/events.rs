@@ -1,10 +1,14 @@
-//! Event recording through `events.k8s.io/v1`, off the controllers' critical path.
+//! Event recording as core `v1` Events, the way upstream's controllers record them (client-go's event
+//! recorder): `source.component` and `reportingComponent` name the controller as upstream does, `count`,
+//! `firstTimestamp` and `lastTimestamp` describe repeats, and the writes (`create`, then strategic-merge
+//! `patch` of a repeat) are exactly what upstream's published RBAC grants on `events`. Off the controllers'
+//! critical path.
 //!
 //! [`EventRecorder::publish`] never waits: it records the occurrence in memory and wakes a background writer
 //! that creates the Event with the event client (which has its own rate budget in the daemon). Repeats of the
-//! same event (same object, type, reason and action) within [`SERIES_WINDOW`] are aggregated into an
-//! [`EventSeries`] count instead of creating more Events, so a burst never turns into a burst of writes and
-//! nothing is silently lost: a failed write is retried with backoff and, if it finally fails, counted
+//! same event (same object, type, reason and action) within [`SERIES_WINDOW`] are aggregated into the Event's
+//! `count` (the latest message wins) instead of creating more Events, so a burst never turns into a burst of
+//! writes and nothing is silently lost: a failed write is retried with backoff and, if it finally fails, counted
 //! (`cloud_controllers_events_total{outcome="failed"}`) and logged. Memory is bounded: at most
 //! [`MAX_PENDING`] distinct events waiting to be written (a distinct event beyond that is counted as
 //! `dropped` and logged) and at most [`MAX_REMEMBERED`] already written events remembered for aggregation.
@@ -16,15 +20,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::identity;
 use crate::metrics::ControllerMetrics;
 
 /// Isomorphic events observed within this window of the previous occurrence form one series.
@@ -37,7 +41,7 @@ pub const MAX_REMEMBERED: usize = 1_024;
 const MAX_IN_FLIGHT: usize = 16;
 /// Attempts for one event write before it is counted as failed.
 const MAX_ATTEMPTS: u32 = 6;
-/// Longest note the API accepts (bytes).
+/// Longest message written (bytes; the `events.k8s.io` view of an Event accepts 1 KiB of note).
 const MAX_NOTE_BYTES: usize = 1024;
 /// Longest reason, action, reporting controller or instance the API accepts.
 const MAX_FIELD_CHARS: usize = 128;
@@ -61,7 +65,7 @@ impl EventType {
     }
 }
 
-/// A reference to `obj` for the `regarding` field of an event (kind, apiVersion, namespace, name, uid; no
+/// A reference to `obj` for the `involvedObject` field of an event (kind, apiVersion, namespace, name, uid; no
 /// resourceVersion, so that events about successive versions of an object aggregate).
 pub fn object_ref<K>(obj: &K) -> ObjectReference
 where
@@ -452,10 +456,6 @@ fn finish_job(shared: &Shared, key: EventKey, outcome: WriteOutcome, count: u32)
     }
 }
 
-fn micro_time(t: Timestamp) -> MicroTime {
-    MicroTime(t)
-}
-
 fn event_body(shared: &Shared, job: &WriteJob, namespace: &str, name: &str) -> Event {
     Event {
         metadata: ObjectMeta {
@@ -463,20 +463,30 @@ fn event_body(shared: &Shared, job: &WriteJob, namespace: &str, name: &str) -> E
             namespace: Some(namespace.to_string()),
             ..ObjectMeta::default()
         },
-        event_time: Some(micro_time(job.first_time)),
-        series: (job.count > 1).then(|| EventSeries {
-            count: i32::try_from(job.count).unwrap_or(i32::MAX),
-            last_observed_time: micro_time(job.last_time),
-        }),
-        reporting_controller: Some(shared.reporting_controller.clone()),
-        reporting_instance: Some(shared.reporting_instance.clone()),
-        action: Some(job.key.action.clone()),
+        involved_object: job.regarding.clone(),
         reason: Some(job.key.reason.clone()),
-        regarding: Some(job.regarding.clone()),
-        note: Some(job.note.clone()),
+        message: Some(job.note.clone()),
         type_: Some(job.key.type_.as_str().to_string()),
+        source: Some(EventSource {
+            component: Some(shared.reporting_controller.clone()),
+            host: None,
+        }),
+        first_timestamp: Some(Time(job.first_time)),
+        last_timestamp: Some(Time(job.last_time)),
+        count: Some(i32::try_from(job.count).unwrap_or(i32::MAX)),
+        reporting_component: Some(shared.reporting_controller.clone()),
+        reporting_instance: Some(shared.reporting_instance.clone()),
         ..Event::default()
     }
+}
+
+/// The strategic-merge patch of a repeat, as client-go's recorder sends it.
+fn repeat_patch(job: &WriteJob) -> serde_json::Value {
+    serde_json::json!({
+        "count": i32::try_from(job.count).unwrap_or(i32::MAX),
+        "lastTimestamp": Time(job.last_time),
+        "message": job.note,
+    })
 }
 
 fn retry_delay(attempt: u32) -> Duration {
@@ -502,24 +512,21 @@ async fn write_event(
             tokio::time::sleep(retry_delay(attempt)).await;
         }
         let result = match &written {
-            Some((ns, name)) if job.count > 1 && ns == &namespace => {
-                let patch = serde_json::json!({
-                    "series": {
-                        "count": i32::try_from(job.count).unwrap_or(i32::MAX),
-                        "lastObservedTime": micro_time(job.last_time),
-                    }
-                });
-                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|e| (e, "series_updated"))
-            }
+            Some((ns, name)) if job.count > 1 && ns == &namespace => api
+                .patch(
+                    name,
+                    &identity::patch_params(),
+                    &Patch::Strategic(repeat_patch(&job)),
+                )
+                .await
+                .map(|e| (e, "series_updated")),
             _ => {
                 let seq = shared.sequence.fetch_add(1, Ordering::Relaxed);
                 let nanos = Timestamp::now().as_nanosecond();
                 let base = job.regarding.name.as_deref().unwrap_or("unknown");
                 let name = format!("{base}.{:x}", (nanos as u128).wrapping_add(seq as u128));
                 let body = event_body(&shared, &job, &namespace, &name);
-                api.create(&PostParams::default(), &body)
+                api.create(&identity::post_params(), &body)
                     .await
                     .map(|e| (e, "created"))
             }

@@ -18,6 +18,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod identity;
 pub mod informers;
 pub mod metrics;
 pub mod names;

@@ -39,6 +39,29 @@ impl ControllerName {
         }
     }
 
+    /// The name upstream's client builder gives this controller's API client, the last segment of its
+    /// `User-Agent` (and, upstream, of its ServiceAccount's name).
+    pub fn client_name(&self) -> &'static str {
+        match self {
+            ControllerName::CloudNode | ControllerName::CloudNodeLifecycle => "node-controller",
+            ControllerName::ServiceLb => "service-controller",
+            ControllerName::NodeRoute => "route-controller",
+            ControllerName::PvLabel => "pvl-controller",
+        }
+    }
+
+    /// The component upstream's event recorder reports this controller's events as (`source.component` and
+    /// `reportingComponent` of core Events; what `kubectl describe` shows under "From").
+    pub fn event_component(&self) -> &'static str {
+        match self {
+            ControllerName::CloudNode => "cloud-node-controller",
+            ControllerName::CloudNodeLifecycle => "cloud-node-lifecycle-controller",
+            ControllerName::ServiceLb => "service-controller",
+            ControllerName::NodeRoute => "route_controller",
+            ControllerName::PvLabel => "pvl-controller",
+        }
+    }
+
     /// The short alias, e.g. `cloud-node`.
     pub fn alias(&self) -> &'static str {
         match self {

@@ -243,6 +243,9 @@ pub struct RequestRecord {
     pub name: String,
     /// The authenticated user (`system:anonymous` without a token).
     pub user: String,
+    /// The `User-Agent` header ("" without one).
+    #[serde(default)]
+    pub user_agent: String,
     /// The HTTP status code of the answer.
     pub code: u16,
 }
@@ -723,6 +726,7 @@ mod tests {
                 namespace: String::new(),
                 name: format!("n{i}"),
                 user: "admin".into(),
+                user_agent: "test".into(),
                 code: 200,
             });
         }

@@ -4,8 +4,9 @@ use serde_json::{Map, Value, json};
 
 use crate::resources::{self, GROUPS, ResourceDef};
 
-/// The Kubernetes version the server reports.
-pub const KUBERNETES_VERSION: &str = "v1.34.0";
+/// The Kubernetes version the server reports: the version of the real control plane the conformance suite
+/// also runs against (`hack/realkube/go.mod`; a unit test keeps the two equal).
+pub const KUBERNETES_VERSION: &str = "v1.35.4";
 
 /// `GET /version`.
 pub(crate) fn version() -> Value {
@@ -20,7 +21,7 @@ pub(crate) fn version() -> Value {
     );
     json!({
         "major": "1",
-        "minor": "34",
+        "minor": KUBERNETES_VERSION.split('.').nth(1).unwrap_or_default(),
         "gitVersion": format!("{KUBERNETES_VERSION}+test-apiserver"),
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
@@ -142,6 +143,19 @@ pub(crate) fn group_resources(group: &str, version: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_the_version_of_the_real_control_plane() {
+        let go_mod = concat!(env!("CARGO_MANIFEST_DIR"), "/../../hack/realkube/go.mod");
+        let text = std::fs::read_to_string(go_mod).expect("hack/realkube/go.mod");
+        let pinned = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+            .map(str::trim)
+            .expect("hack/realkube/go.mod requires k8s.io/kubernetes");
+        assert_eq!(KUBERNETES_VERSION, pinned);
+        assert_eq!(version()["minor"], pinned.split('.').nth(1).unwrap());
+    }
 
     #[test]
     fn core_list_has_subresources_and_no_api_version() {

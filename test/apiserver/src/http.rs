@@ -105,7 +105,7 @@ fn unrouted_record(
     method: &Method,
     segs: &[&str],
     q: &Query,
-    user: String,
+    (user, user_agent): (String, String),
     code: u16,
 ) -> Option<RequestRecord> {
     let (group, version, rest) = match segs {
@@ -134,6 +134,7 @@ fn unrouted_record(
         namespace: namespace.to_string(),
         name: name.to_string(),
         user,
+        user_agent,
         code,
     })
 }
@@ -340,12 +341,24 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         return json_response(200, serde_json::to_vec(&doc).unwrap_or_default());
     }
 
+    let user_agent = || {
+        parts
+            .headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
     let route = match route(&parts.method, &segs, &query) {
         Ok(r) => r,
         Err(e) => {
-            if let Some(record) =
-                unrouted_record(&parts.method, &segs, &query, authn.username(), e.code)
-            {
+            if let Some(record) = unrouted_record(
+                &parts.method,
+                &segs,
+                &query,
+                (authn.username(), user_agent()),
+                e.code,
+            ) {
                 state.controls.record(record);
             }
             return error_response(&e);
@@ -366,6 +379,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         namespace: route.namespace.clone().unwrap_or_default(),
         name: route.name.clone().unwrap_or_default(),
         user: authn.username(),
+        user_agent: user_agent(),
         code,
     };
     if let Some(e) = state.controls.fault_for(&key) {
@@ -544,7 +558,14 @@ mod tests {
     #[test]
     fn unrouted_requests_are_described() {
         let segs = ["api", "v1", "namespaces", "default", "pods", "web-0", "log"];
-        let rec = unrouted_record(&Method::GET, &segs, &Query::default(), "u".into(), 404).unwrap();
+        let rec = unrouted_record(
+            &Method::GET,
+            &segs,
+            &Query::default(),
+            ("u".into(), String::new()),
+            404,
+        )
+        .unwrap();
         assert_eq!(
             (
                 rec.verb.as_str(),
@@ -557,20 +578,34 @@ mod tests {
             ("get", "pods", "default", "web-0", "log", 404)
         );
         let segs = ["apis", "apps", "v1", "watch", "deployments"];
-        let rec = unrouted_record(&Method::GET, &segs, &Query::default(), "u".into(), 404).unwrap();
+        let rec = unrouted_record(
+            &Method::GET,
+            &segs,
+            &Query::default(),
+            ("u".into(), String::new()),
+            404,
+        )
+        .unwrap();
         assert_eq!(
             (rec.verb.as_str(), rec.group.as_str(), rec.resource.as_str()),
             ("watch", "apps", "deployments")
         );
         let segs = ["api", "v1", "nodes"];
-        let rec = unrouted_record(&Method::PUT, &segs, &Query::default(), "u".into(), 405).unwrap();
+        let rec = unrouted_record(
+            &Method::PUT,
+            &segs,
+            &Query::default(),
+            ("u".into(), String::new()),
+            405,
+        )
+        .unwrap();
         assert_eq!((rec.verb.as_str(), rec.code), ("update", 405));
         assert!(
             unrouted_record(
                 &Method::GET,
                 &["metrics"],
                 &Query::default(),
-                "u".into(),
+                ("u".into(), String::new()),
                 404
             )
             .is_none()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 use test_apiserver::{TestApiServer, UserInfo};
@@ -107,7 +107,7 @@ impl Cluster {
         self.server.controls().clear_request_log();
     }
 
-    /// Event occurrences stored (an aggregated event counts its series), and Event objects stored.
+    /// Event occurrences stored (an aggregated event counts its `count`), and Event objects stored.
     pub async fn stored_events(&self) -> anyhow::Result<(u64, u64)> {
         let events: Api<Event> = Api::all(self.client.clone());
         let list = events
@@ -117,11 +117,7 @@ impl Cluster {
         let occurrences = list
             .items
             .iter()
-            .map(|e| {
-                e.series
-                    .as_ref()
-                    .map_or(1, |s| u64::try_from(s.count).unwrap_or(1).max(1))
-            })
+            .map(|e| e.count.map_or(1, |c| u64::try_from(c).unwrap_or(1).max(1)))
             .sum();
         Ok((occurrences, list.items.len() as u64))
     }

@@ -415,7 +415,7 @@ impl LocalCluster {
                             namespace: r.namespace,
                             name: r.name,
                         },
-                        user_agent: None,
+                        user_agent: Some(r.user_agent).filter(|ua| !ua.is_empty()),
                         code: r.code,
                     })
                     .collect(),

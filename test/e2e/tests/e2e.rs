@@ -19,8 +19,7 @@ use ccm_e2e::kubelet::SimulatedNode;
 use ccm_e2e::rbac::RbacManifest;
 use ccm_e2e::well_known::*;
 use ccm_e2e::{Check, Harness, HarnessConfig, Mode, wait_for};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Service};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use provider_fake::LoadBalancerRecord;
@@ -664,14 +663,13 @@ async fn cloud_errors_are_retried_and_reported(s: &Suite) -> anyhow::Result<()> 
                         .filter(|e| {
                             e.reason.as_deref() == Some("SyncLoadBalancerFailed")
                                 && e.type_.as_deref() == Some("Warning")
-                                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                    == Some(name)
+                                && e.involved_object.name.as_deref() == Some(name)
                         })
-                        .map(|e| e.series.as_ref().map(|series| series.count).unwrap_or(1))
+                        .map(|e| e.count.unwrap_or(1))
                         .collect();
                     let repeated = counts.iter().any(|c| *c >= 2);
                     Ok(Check::when(repeated, (), || {
-                        format!("series counts of matching events: {counts:?}")
+                        format!("counts of matching events: {counts:?}")
                     }))
                 }
             },
@@ -1021,6 +1019,136 @@ fn rbac_honesty(s: &Suite) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Client names the CCM's requests may carry (the last segment of the `User-Agent`), as upstream's client
+/// builder names them.
+const CLIENT_NAMES: &[&str] = &[
+    "shared-informers",
+    "node-controller",
+    "service-controller",
+    "route-controller",
+    "pvl-controller",
+    "leader-election",
+    "cloud-controller-manager",
+];
+
+/// Checks a `User-Agent` against client-go's shape, `<command>/v<version> (<os>/<arch>) kubernetes/<commit>/<client>`,
+/// and returns the client name.
+fn client_name_of(user_agent: &str) -> anyhow::Result<&str> {
+    let bad = || {
+        anyhow!(
+            "User-Agent {user_agent:?} is not <command>/v<version> (<os>/<arch>) kubernetes/<commit>/<client>"
+        )
+    };
+    let (command, rest) = user_agent.split_once('/').ok_or_else(bad)?;
+    let (version, rest) = rest.split_once(" (").ok_or_else(bad)?;
+    let (platform, rest) = rest.split_once(") kubernetes/").ok_or_else(bad)?;
+    let (commit, client) = rest.split_once('/').ok_or_else(bad)?;
+    ensure!(
+        command == "cloud-controller-manager"
+            && version.starts_with('v')
+            && version[1..].split('.').all(|p| p.parse::<u32>().is_ok())
+            && platform.split('/').count() == 2
+            && (commit == "unknown" || commit.len() == 7),
+        bad()
+    );
+    Ok(client)
+}
+
+async fn client_identity(s: &Suite) -> anyhow::Result<()> {
+    let local =
+        s.h.local()
+            .ok_or_else(|| anyhow!("client identity needs CCM replicas run by the harness"))?;
+    let recorded = local.ccm_requests()?.ok_or_else(|| {
+        anyhow!("client identity needs a record of the CCM's requests (E2E_AUDIT_LOG)")
+    })?;
+    let mut clients = BTreeSet::new();
+    for request in &recorded {
+        let agent = request
+            .user_agent
+            .as_deref()
+            .ok_or_else(|| anyhow!("a request without User-Agent: {:?}", request.request))?;
+        let client = client_name_of(agent)?;
+        ensure!(
+            CLIENT_NAMES.contains(&client),
+            "unexpected client name {client:?} in {agent:?}"
+        );
+        clients.insert(client);
+    }
+    println!("e2e:   client names seen: {clients:?}");
+    for expected in [
+        "shared-informers",
+        "node-controller",
+        "service-controller",
+        "route-controller",
+        "leader-election",
+    ] {
+        ensure!(
+            clients.contains(expected),
+            "no request of the {expected} client"
+        );
+    }
+    // Events are core v1 events reported as upstream's controllers report them.
+    let events: Api<Event> = Api::namespaced(s.h.client(), NAMESPACE);
+    let list = events.list(&ListParams::default()).await?;
+    let node_synced = list
+        .items
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("Synced")
+                && e.involved_object.kind.as_deref() == Some("Node")
+        })
+        .ok_or_else(|| anyhow!("no Synced event about a node"))?;
+    let component = node_synced
+        .source
+        .as_ref()
+        .and_then(|s| s.component.as_deref());
+    ensure!(
+        component == Some("cloud-node-controller")
+            && node_synced.reporting_component.as_deref() == component,
+        "the Synced event reports as {component:?} / {:?}",
+        node_synced.reporting_component
+    );
+    let lb_event = list
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("EnsuredLoadBalancer"))
+        .ok_or_else(|| anyhow!("no EnsuredLoadBalancer event"))?;
+    let component = lb_event
+        .source
+        .as_ref()
+        .and_then(|s| s.component.as_deref());
+    ensure!(
+        component == Some("service-controller"),
+        "the EnsuredLoadBalancer event reports as {component:?}"
+    );
+    // A real API server records who wrote which fields: the CCM's writes name its field manager.
+    if local.server().is_none() {
+        let nodes = s.h.nodes().await?;
+        let node = nodes
+            .into_iter()
+            .find(|n| provider_id(n).is_some())
+            .ok_or_else(|| anyhow!("no initialized node"))?;
+        let managers: Vec<(String, String)> = node
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                let fields = m.fields_v1.map(|f| f.0.to_string()).unwrap_or_default();
+                (m.manager.unwrap_or_default(), fields)
+            })
+            .collect();
+        ensure!(
+            managers
+                .iter()
+                .any(|(manager, fields)| manager == "cloud-controller-manager"
+                    && fields.contains("f:providerID")),
+            "no managedFields entry of cloud-controller-manager owning spec.providerID: {managers:?}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end() {
     let mut s = match Suite::start().await {
@@ -1089,6 +1217,16 @@ async fn end_to_end() {
         )
         .await;
     report.check_replicas(&mut s);
+    if s.h.local().is_some() {
+        report
+            .case(
+                "client identity: User-Agents, field manager and events as upstream's",
+                client_identity(&s),
+            )
+            .await;
+    } else {
+        println!("e2e: case client identity ... skipped: it needs CCM replicas run by the harness");
+    }
     report
         .case("leader failover", leader_failover(&mut s))
         .await;

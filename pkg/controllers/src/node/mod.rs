@@ -22,7 +22,7 @@ use std::time::Duration;
 use cloud_provider::{CloudError, InstanceMetadata, TAINT_UNINITIALIZED};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -32,6 +32,7 @@ use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
+use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::workqueue::WorkQueue;
@@ -357,7 +358,7 @@ impl Inner {
         });
         let updated = self
             .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
             .await?;
         self.stale
             .record(name, [node.resource_version().map(str::to_string)]);
@@ -416,14 +417,14 @@ impl Inner {
             });
             let updated = self
                 .api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(name, &identity::patch_params(), &Patch::Merge(&patch))
                 .await?;
             resource_version = updated.metadata.resource_version.clone();
             written.push(resource_version.clone());
         }
         let patch = initialization_patch(node, resource_version.as_deref(), metadata);
         self.api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
             .await?;
         // Only after success: a failed write leaves the store copy current, and the retry must sync it.
         self.stale.record(name, written);
@@ -500,7 +501,7 @@ impl Inner {
                     });
                     match self
                         .api
-                        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch_status(name, &identity::patch_params(), &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => tracing::info!(node = %name, "updated node addresses"),

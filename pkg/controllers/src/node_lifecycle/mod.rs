@@ -17,7 +17,7 @@ use std::time::Duration;
 use cloud_provider::{CloudError, CloudProvider, InstanceState, Instances, TAINT_SHUTDOWN};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +26,7 @@ use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
+use crate::identity;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
 use crate::node::metadata::fit_bulk_results;
@@ -277,7 +278,7 @@ impl CloudNodeLifecycleController {
         let patch = taints_patch(node, taints);
         match self
             .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {

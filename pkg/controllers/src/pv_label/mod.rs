@@ -13,7 +13,7 @@ use std::time::Duration;
 use cloud_provider::{CloudError, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
+use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::workqueue::WorkQueue;
@@ -246,7 +247,7 @@ impl Inner {
             }
         });
         self.api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
             .await?;
         tracing::info!(pv = %name, labels = ?add, "labeled volume");
         self.mark_finished(&pv);

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::Store;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -37,6 +37,7 @@ use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
+use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
@@ -433,7 +434,7 @@ impl Reconciler {
         let patch = json!({ "status": { "conditions": [condition] } });
         let api: Api<Node> = Api::all(self.client.clone());
         match api
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .patch_status(name, &identity::patch_params(), &Patch::Strategic(patch))
             .await
         {
             Ok(_) => {

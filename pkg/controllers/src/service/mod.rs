@@ -30,7 +30,7 @@ use cloud_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use cloud_provider::{CloudError, CloudProvider, LoadBalancer};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::{Mutex, RwLock};
 use serde_json::json;
@@ -42,6 +42,7 @@ use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType, object_ref};
+use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
@@ -819,7 +820,7 @@ impl Shared {
         self.api(service)
             .patch_status(
                 Self::name(service),
-                &PatchParams::default(),
+                &identity::patch_params(),
                 &Patch::Strategic(patch),
             )
             .await
@@ -850,7 +851,7 @@ impl Shared {
             .api(service)
             .patch_status(
                 Self::name(service),
-                &PatchParams::default(),
+                &identity::patch_params(),
                 &Patch::Strategic(serde_json::Value::Object(patch)),
             )
             .await;
@@ -875,7 +876,7 @@ impl Shared {
             .api(service)
             .patch_status(
                 Self::name(service),
-                &PatchParams::default(),
+                &identity::patch_params(),
                 &Patch::Merge(patch),
             )
             .await;
