@@ -15,6 +15,15 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// The longest delay honoured: a provider asking to retry later than this (a `Retry-After` of years, say) is
+/// retried after it instead, and no deadline arithmetic can overflow.
+pub const MAX_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The instant `delay` from now, `delay` capped at [`MAX_DELAY`].
+fn deadline_after(delay: Duration) -> Instant {
+    Instant::now() + delay.min(MAX_DELAY)
+}
+
 struct State<K> {
     ready: VecDeque<K>,
     queued: HashSet<K>,
@@ -118,7 +127,7 @@ where
             self.add(key);
             return;
         }
-        let at = Instant::now() + delay;
+        let at = deadline_after(delay);
         let mut s = self.inner.state.lock();
         if s.shut_down {
             return;
@@ -150,6 +159,7 @@ where
         if let Some(min) = at_least {
             delay = delay.max(min);
         }
+        let delay = delay.min(MAX_DELAY);
         self.add_after(key, delay);
         delay
     }

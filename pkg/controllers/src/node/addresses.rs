@@ -129,12 +129,20 @@ pub fn desired_addresses(
     }
 }
 
-/// Ordered equality of two address lists.
+/// Whether two address lists hold the same (type, address) entries, in any order: upstream writes the node's
+/// addresses only when the set changed, so a cloud that reports them in another order costs no write.
 pub fn addresses_equal(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| x.type_ == y.type_ && x.address == y.address)
+    let mut left: Vec<(&str, &str)> = a
+        .iter()
+        .map(|x| (x.type_.as_str(), x.address.as_str()))
+        .collect();
+    let mut right: Vec<(&str, &str)> = b
+        .iter()
+        .map(|x| (x.type_.as_str(), x.address.as_str()))
+        .collect();
+    left.sort_unstable();
+    right.sort_unstable();
+    left == right
 }
 
 #[cfg(test)]

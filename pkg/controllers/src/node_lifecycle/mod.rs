@@ -42,9 +42,18 @@ const WRITE_CONCURRENCY: usize = 16;
 /// How long a graceful stop waits for queued events to be written.
 const EVENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The effect of the shutdown taint.
+const SHUTDOWN_EFFECT: &str = "NoSchedule";
+
+/// Whether `taint` is the shutdown taint: key *and* effect, as upstream matches it (a taint with the same key
+/// and another effect is someone else's and is left alone).
+fn is_shutdown_taint(taint: &Taint) -> bool {
+    taint.key == TAINT_SHUTDOWN && taint.effect == SHUTDOWN_EFFECT
+}
+
 /// Whether the node carries the shutdown taint.
 pub fn has_shutdown_taint(node: &CachedNode) -> bool {
-    node.has_taint(TAINT_SHUTDOWN)
+    node.taints.iter().any(is_shutdown_taint)
 }
 
 /// The outcome of the deletion guard for one pass.
@@ -249,7 +258,7 @@ impl CloudNodeLifecycleController {
             let remaining: Vec<Taint> = node
                 .taints
                 .iter()
-                .filter(|t| t.key != TAINT_SHUTDOWN)
+                .filter(|t| !is_shutdown_taint(t))
                 .cloned()
                 .collect();
             self.patch_taints(&node, remaining, "remove the shutdown taint")
@@ -263,7 +272,7 @@ impl CloudNodeLifecycleController {
             let mut all = node.taints.clone();
             all.push(Taint {
                 key: TAINT_SHUTDOWN.to_string(),
-                effect: "NoSchedule".to_string(),
+                effect: SHUTDOWN_EFFECT.to_string(),
                 value: None,
                 time_added: None,
             });

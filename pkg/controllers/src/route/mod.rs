@@ -5,7 +5,7 @@
 //! reconciliation (see [`plan::plan`]): a route per pod CIDR of every node (kept, updated when its target
 //! addresses changed, or added), and deletion of the routes inside the cluster CIDRs that are blackholes,
 //! target unknown nodes or carry a CIDR the node no longer has. At most [`MAX_CONCURRENT_ROUTE_OPS`] cloud
-//! route operations run at once. Afterwards each node's `NetworkUnavailable` condition says whether all of
+//! route operations run at once. Afterwards the `NetworkUnavailable` condition of each node with pod CIDRs says whether all of
 //! its routes exist (`RouteCreated` / `NoRouteCreated`); a failed creation is a `FailedToCreateRoute`
 //! Warning on the node.
 //!
@@ -309,7 +309,14 @@ impl Reconciler {
             .await;
 
         let node_cidrs = node_cidrs.into_inner();
-        let patched = futures::stream::iter(nodes.iter().cloned())
+        // A node without pod CIDRs (not allocated yet, or by another allocator later) is left alone, as
+        // upstream does: saying NetworkUnavailable=True would taint it.
+        let with_cidrs: Vec<Arc<CachedNode>> = nodes
+            .iter()
+            .filter(|n| !n.pod_cidrs.is_empty())
+            .cloned()
+            .collect();
+        let patched = futures::stream::iter(with_cidrs)
             .map(|node| {
                 let created = all_routes_created(node_cidrs.get(node.name()));
                 async move { self.update_condition(&node, created).await }

@@ -11,6 +11,7 @@ use cloud_provider::well_known::{
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, Node, Service, SessionAffinityConfig,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The Service `spec.type` handled by this controller.
 pub const SERVICE_TYPE_LOAD_BALANCER: &str = "LoadBalancer";
@@ -52,12 +53,13 @@ pub fn should_delete(service: &Service) -> bool {
 }
 
 /// One Service port as far as the load balancer is concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct LbPort {
     name: Option<String>,
     protocol: Option<String>,
     port: i32,
     node_port: Option<i32>,
+    target_port: Option<IntOrString>,
     app_protocol: Option<String>,
 }
 
@@ -95,6 +97,7 @@ impl SyncFingerprint {
                     protocol: p.protocol,
                     port: p.port,
                     node_port: p.node_port,
+                    target_port: p.target_port,
                     app_protocol: p.app_protocol,
                 })
                 .collect(),

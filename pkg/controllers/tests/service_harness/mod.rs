@@ -95,6 +95,21 @@ impl Env {
         }));
     }
 
+    /// Starts `enabled` through `run_controllers` with another cloud provider.
+    pub fn run_controllers_with(
+        &mut self,
+        cloud: Arc<dyn CloudProvider>,
+        config: ControllerConfig,
+        enabled: &[ControllerName],
+    ) {
+        let ctx = self.context_with(cloud, config);
+        let token = self.shutdown.clone();
+        let enabled = enabled.to_vec();
+        self.task = Some(tokio::spawn(async move {
+            run_controllers(ctx, &enabled, token).await
+        }));
+    }
+
     /// Starts the service-lb-controller alone with a shorter retry backoff than upstream's 5 s..300 s.
     pub async fn run_service_controller(
         &mut self,

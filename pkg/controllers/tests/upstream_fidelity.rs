@@ -1,0 +1,320 @@
+//! Behaviours of k8s.io/cloud-provider's controllers that clusters depend on, pinned one test each against
+//! the in-memory API server and the fake cloud. Each test is named after the upstream behaviour.
+
+mod service_harness;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cloud_controllers::{ControllerConfig, ControllerName};
+use cloud_provider::{CloudError, CloudProvider, LoadBalancer, TAINT_SHUTDOWN};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service, Taint};
+use kube::api::{Patch, PatchParams};
+use provider_fake::{AddressConfig, FakeCloud, FakeConfig, InstanceConfig};
+use serde_json::json;
+use service_harness::{
+    Env, has_lb_finalizer, ingress_ips, lb_service, ready_node, test_config, wait_until,
+};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn condition_status(node: &Node, type_: &str) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+fn taints(node: &Node) -> Vec<(String, String)> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|t| {
+            t.iter()
+                .map(|t| (t.key.clone(), t.effect.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn node(env: &Env, name: &str) -> Node {
+    env.nodes().get(name).await.expect("node exists")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_controller_skips_nodes_without_pod_cidrs() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    let mut with_cidr = ready_node("with-cidr", "10.0.0.1");
+    with_cidr.spec.as_mut().unwrap().pod_cidr = Some("10.244.1.0/24".into());
+    with_cidr.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.244.1.0/24".into()]);
+    env.create_node(&with_cidr).await;
+    env.create_node(&ready_node("no-cidr", "10.0.0.2")).await;
+    let config = ControllerConfig {
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        ..test_config()
+    };
+    env.run_controllers(config, &[ControllerName::NodeRoute]);
+
+    wait_until(WAIT, "NetworkUnavailable=False on with-cidr", || async {
+        condition_status(&node(&env, "with-cidr").await, "NetworkUnavailable").as_deref()
+            == Some("False")
+    })
+    .await;
+    // Several more passes: the node without pod CIDRs never gets the condition (it would taint it).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        condition_status(&node(&env, "no-cidr").await, "NetworkUnavailable"),
+        None
+    );
+    assert_eq!(env.fake.routes().len(), 1);
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig::named("stopped")],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    let mut stopped = ready_node("stopped", "10.0.0.3");
+    stopped
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()[0]
+        .status = "False".into();
+    // Someone else's taint with the same key and another effect.
+    stopped.spec.as_mut().unwrap().taints = Some(vec![Taint {
+        key: TAINT_SHUTDOWN.into(),
+        effect: "NoExecute".into(),
+        ..Taint::default()
+    }]);
+    env.create_node(&stopped).await;
+    env.fake.stop_instance("stopped").unwrap();
+    let config = ControllerConfig {
+        node_monitor_period: Duration::from_millis(100),
+        ..test_config()
+    };
+    env.run_controllers(config, &[ControllerName::CloudNodeLifecycle]);
+
+    let both = vec![
+        (TAINT_SHUTDOWN.to_string(), "NoExecute".to_string()),
+        (TAINT_SHUTDOWN.to_string(), "NoSchedule".to_string()),
+    ];
+    wait_until(WAIT, "the NoSchedule shutdown taint added", || async {
+        taints(&node(&env, "stopped").await) == both
+    })
+    .await;
+    // Ready again: only the NoSchedule taint this controller owns goes.
+    env.fake.start_instance("stopped").unwrap();
+    env.nodes()
+        .patch_status(
+            "stopped",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_until(WAIT, "the NoSchedule shutdown taint removed", || async {
+        taints(&node(&env, "stopped").await)
+            == vec![(TAINT_SHUTDOWN.to_string(), "NoExecute".to_string())]
+    })
+    .await;
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_address_sync_ignores_order_changes() {
+    let address = |type_: &str, address: &str| AddressConfig {
+        type_: type_.into(),
+        address: address.into(),
+    };
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig {
+            addresses: vec![
+                address("ExternalIP", "203.0.113.7"),
+                address("InternalIP", "10.0.0.7"),
+            ],
+            ..InstanceConfig::named("n7")
+        }],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    // The node has the cloud's addresses in the other order.
+    let mut n7 = ready_node("n7", "10.0.0.7");
+    n7.status
+        .as_mut()
+        .unwrap()
+        .addresses
+        .as_mut()
+        .unwrap()
+        .push(k8s_openapi::api::core::v1::NodeAddress {
+            type_: "ExternalIP".into(),
+            address: "203.0.113.7".into(),
+        });
+    env.create_node(&n7).await;
+    let config = ControllerConfig {
+        node_status_update_frequency: Duration::from_millis(100),
+        ..test_config()
+    };
+    env.run_controllers(config, &[ControllerName::CloudNode]);
+    wait_until(WAIT, "several address syncs", || async {
+        env.fake.call_count("instance_metadata") + env.fake.call_count("instance_metadata_bulk")
+            >= 3
+    })
+    .await;
+    assert_eq!(env.request_count("patch", "nodes", "status"), 0);
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_target_port_change_needs_update() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.create_node(&ready_node("n1", "10.0.0.1")).await;
+    env.run_controllers(test_config(), &[ControllerName::ServiceLb]);
+    env.create_service(&lb_service("default", "web")).await;
+    wait_until(WAIT, "an ingress", || async {
+        env.get_service("default", "web")
+            .await
+            .is_some_and(|s| !ingress_ips(&s).is_empty())
+    })
+    .await;
+    let before = env.fake.call_count("ensure_load_balancer");
+    env.services("default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        WAIT,
+        "an ensure call after the targetPort change",
+        || async { env.fake.call_count("ensure_load_balancer") > before },
+    )
+    .await;
+    env.stop().await.unwrap();
+}
+
+/// The fake cloud, except that the load balancer of the Service named `far` asks to be retried after
+/// `u64::MAX` seconds.
+struct FarRetry {
+    fake: Arc<FakeCloud>,
+}
+
+#[async_trait::async_trait]
+impl CloudProvider for FarRetry {
+    fn provider_name(&self) -> &str {
+        "fake"
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl LoadBalancer for FarRetry {
+    async fn get_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> cloud_provider::Result<Option<LoadBalancerStatus>> {
+        self.lb().get_load_balancer(cluster, service).await
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> cloud_provider::Result<LoadBalancerStatus> {
+        if service.metadata.name.as_deref() == Some("far") {
+            return Err(CloudError::retry(
+                "come back much later",
+                Duration::from_secs(u64::MAX),
+            ));
+        }
+        self.lb()
+            .ensure_load_balancer(cluster, service, nodes)
+            .await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster: &str,
+        service: &Service,
+        nodes: &[Node],
+    ) -> cloud_provider::Result<()> {
+        self.lb()
+            .update_load_balancer(cluster, service, nodes)
+            .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster: &str,
+        service: &Service,
+    ) -> cloud_provider::Result<()> {
+        self.lb()
+            .ensure_load_balancer_deleted(cluster, service)
+            .await
+    }
+}
+
+impl FarRetry {
+    fn lb(&self) -> &dyn LoadBalancer {
+        self.fake
+            .load_balancer()
+            .expect("the fake cloud has load balancers")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.create_node(&ready_node("n1", "10.0.0.1")).await;
+    let cloud = Arc::new(FarRetry {
+        fake: env.cloud.clone(),
+    });
+    env.run_controllers_with(cloud, test_config(), &[ControllerName::ServiceLb]);
+    env.create_service(&lb_service("default", "far")).await;
+    wait_until(
+        WAIT,
+        "the far Service's finalizer (its sync started)",
+        || async {
+            env.get_service("default", "far")
+                .await
+                .is_some_and(|s| has_lb_finalizer(&s))
+        },
+    )
+    .await;
+    // The only worker survived a delay of u64::MAX seconds: the next Service gets its load balancer.
+    env.create_service(&lb_service("default", "next")).await;
+    wait_until(WAIT, "an ingress on the next Service", || async {
+        env.get_service("default", "next")
+            .await
+            .is_some_and(|s| !ingress_ips(&s).is_empty())
+    })
+    .await;
+    assert!(
+        ingress_ips(&env.get_service("default", "far").await.unwrap()).is_empty(),
+        "the Service asked to wait is not retried early"
+    );
+    env.stop().await.unwrap();
+}
