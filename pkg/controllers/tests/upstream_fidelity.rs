@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_controllers::{ControllerConfig, ControllerName};
-use cloud_provider::{CloudError, CloudProvider, LoadBalancer, TAINT_SHUTDOWN};
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service, Taint};
+use cloud_provider::{
+    CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, TAINT_SHUTDOWN,
+    TAINT_UNINITIALIZED,
+};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service, Taint};
 use kube::api::{Patch, PatchParams};
 use provider_fake::{AddressConfig, FakeCloud, FakeConfig, InstanceConfig};
 use serde_json::json;
@@ -316,5 +319,105 @@ async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
         ingress_ips(&env.get_service("default", "far").await.unwrap()).is_empty(),
         "the Service asked to wait is not retried early"
     );
+    env.stop().await.unwrap();
+}
+
+/// The fake cloud's instances, except that their metadata names no provider ID.
+struct NoProviderId {
+    fake: Arc<FakeCloud>,
+}
+
+#[async_trait::async_trait]
+impl CloudProvider for NoProviderId {
+    fn provider_name(&self) -> &str {
+        "fake"
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl InstancesV2 for NoProviderId {
+    async fn instance_exists(&self, node: &Node) -> cloud_provider::Result<bool> {
+        self.v2().instance_exists(node).await
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> cloud_provider::Result<bool> {
+        self.v2().instance_shutdown(node).await
+    }
+
+    async fn instance_metadata(
+        &self,
+        node: &Node,
+    ) -> cloud_provider::Result<Option<InstanceMetadata>> {
+        let metadata = self.v2().instance_metadata(node).await?;
+        Ok(metadata.map(|m| InstanceMetadata {
+            provider_id: String::new(),
+            ..m
+        }))
+    }
+}
+
+impl NoProviderId {
+    fn v2(&self) -> &dyn InstancesV2 {
+        self.fake
+            .instances_v2()
+            .expect("the fake cloud has InstancesV2")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_without_a_provider_id_stays_uninitialized() {
+    let fake = FakeConfig {
+        instances: vec![
+            InstanceConfig::named("anon"),
+            InstanceConfig::named("kubelet-set"),
+        ],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    let uninitialized = Taint {
+        key: TAINT_UNINITIALIZED.into(),
+        value: Some("true".into()),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    };
+    let mut anon = ready_node("anon", "10.0.0.8");
+    anon.spec = Some(NodeSpec {
+        taints: Some(vec![uninitialized.clone()]),
+        ..NodeSpec::default()
+    });
+    env.create_node(&anon).await;
+    // A kubelet may set the provider ID itself: that node initializes.
+    let mut kubelet_set = ready_node("kubelet-set", "10.0.0.9");
+    kubelet_set.spec.as_mut().unwrap().taints = Some(vec![uninitialized]);
+    env.create_node(&kubelet_set).await;
+    let cloud = Arc::new(NoProviderId {
+        fake: env.cloud.clone(),
+    });
+    env.run_controllers_with(cloud, test_config(), &[ControllerName::CloudNode]);
+
+    wait_until(WAIT, "kubelet-set initialized", || async {
+        taints(&node(&env, "kubelet-set").await).is_empty()
+    })
+    .await;
+    wait_until(WAIT, "anon looked up again (a retry)", || async {
+        env.fake.call_count("instance_metadata") + env.fake.call_count("instance_metadata_bulk")
+            >= 3
+    })
+    .await;
+    let anon = node(&env, "anon").await;
+    assert_eq!(
+        taints(&anon),
+        vec![(TAINT_UNINITIALIZED.to_string(), "NoSchedule".to_string())],
+        "the taint stays until the provider ID is known"
+    );
+    assert_eq!(anon.spec.and_then(|s| s.provider_id), None);
     env.stop().await.unwrap();
 }

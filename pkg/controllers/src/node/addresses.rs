@@ -101,8 +101,7 @@ pub fn apply_provided_ips(
 }
 
 /// The addresses `node` should have given the cloud's list, or `None` when `status.addresses` should stay
-/// as it is (empty cloud list, or nothing changed; the comparison is order-sensitive because the first
-/// address of a type is the one clients use).
+/// as it is (empty cloud list, or the same addresses in any order, as upstream compares them).
 pub fn desired_addresses(
     node: &CachedNode,
     cloud: &[NodeAddress],
@@ -228,9 +227,11 @@ mod tests {
         let reordered = [addr("Hostname", "h"), addr("InternalIP", "10.0.0.1")];
         assert_eq!(
             desired_addresses(&n, &reordered).unwrap(),
-            Some(reordered.to_vec()),
-            "order is meaningful: a reordered list is a change"
+            None,
+            "as upstream, a reordered list is no change"
         );
+        let moved = [addr("InternalIP", "10.0.0.2"), addr("Hostname", "h")];
+        assert_eq!(desired_addresses(&n, &moved).unwrap(), Some(moved.to_vec()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Instance metadata lookups for nodes: one bulk `InstancesV2` call for a batch of nodes, or, for providers
 //! with only the v1 `Instances` interface, the individual v1 and `Zones` calls per node.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, Instances};
@@ -24,7 +25,11 @@ pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<CachedNode>]) -> Vec
     if let Some(v2) = cloud.instances_v2() {
         let owned: Vec<Node> = nodes.iter().map(|n| n.to_node()).collect();
         let results = v2.instance_metadata_bulk(&owned).await;
-        return fit_bulk_results(results, nodes.len(), "metadata");
+        return fit_bulk_results(results, nodes.len(), "metadata")
+            .into_iter()
+            .zip(nodes)
+            .map(|(result, node)| require_provider_id(node, result?))
+            .collect();
     }
     if let Some(v1) = cloud.instances() {
         let lookups = nodes
@@ -40,6 +45,27 @@ pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<CachedNode>]) -> Vec
         .iter()
         .map(|_| Err(CloudError::NotImplemented))
         .collect()
+}
+
+/// `InstancesV2` metadata must name the instance: the provider ID is set once, at initialization, and load
+/// balancers and routes need it. A node without one (kubelets may set it) and an answer without one is an
+/// error, so that the node stays tainted and is retried, as upstream does. The node's own ID wins.
+fn require_provider_id(node: &CachedNode, metadata: Option<InstanceMetadata>) -> MetadataResult {
+    let Some(mut metadata) = metadata else {
+        return Ok(None);
+    };
+    if metadata.provider_id.is_empty() {
+        match node.provider_id() {
+            Some(id) => metadata.provider_id = id.to_string(),
+            None => {
+                return Err(CloudError::provider(format!(
+                    "cloud provider does not set node provider ID for node {}",
+                    node.name()
+                )));
+            }
+        }
+    }
+    Ok(Some(metadata))
 }
 
 /// A bulk answer with exactly one result per node asked about: a provider that answered with fewer results
@@ -60,7 +86,8 @@ pub(crate) fn fit_bulk_results<T>(
     results
 }
 
-/// The provider ID of `node`: its `spec.providerID`, else `<provider>://<instance id>` from the cloud.
+/// The provider ID of `node`: its `spec.providerID`, else `<provider>://<instance id>` from the cloud; empty
+/// when the provider does not implement instance IDs (the node is then looked up by name, as upstream does).
 async fn provider_id_v1(
     cloud: &dyn CloudProvider,
     v1: &dyn Instances,
@@ -69,12 +96,34 @@ async fn provider_id_v1(
     if let Some(id) = node.provider_id() {
         return Ok(id.to_string());
     }
-    let instance_id = v1.instance_id(node.name()).await?;
-    if instance_id.contains("://") {
-        Ok(instance_id)
-    } else {
-        Ok(format!("{}://{}", cloud.provider_name(), instance_id))
+    match v1.instance_id(node.name()).await {
+        Err(e) if e.is_not_implemented() => Ok(String::new()),
+        Err(e) => Err(e),
+        Ok(id) if id.contains("://") => Ok(id),
+        Ok(id) => Ok(format!("{}://{}", cloud.provider_name(), id)),
     }
+}
+
+/// Asks by provider ID first and, when that fails for any reason, by node name, as upstream's
+/// `...ByProviderIDOrName` helpers do; both failing is an error naming both.
+async fn by_id_or_name<T, ById, ByName>(
+    what: &str,
+    by_id: ById,
+    by_name: ByName,
+) -> Result<T, CloudError>
+where
+    ById: Future<Output = Result<T, CloudError>>,
+    ByName: Future<Output = Result<T, CloudError>>,
+{
+    let id_error = match by_id.await {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    by_name.await.map_err(|name_error| {
+        CloudError::provider(format!(
+            "{what}: error fetching by provider ID: {id_error}; error fetching by node name: {name_error}"
+        ))
+    })
 }
 
 async fn lookup_v1(
@@ -84,20 +133,26 @@ async fn lookup_v1(
 ) -> MetadataResult {
     let name = node.name();
     let provider_id = provider_id_v1(cloud, v1, node).await?;
-    let instance_type = match v1.instance_type_by_provider_id(&provider_id).await {
-        Err(e) if e.is_not_implemented() => v1.instance_type(name).await?,
-        other => other?,
-    };
-    let node_addresses = match v1.node_addresses_by_provider_id(&provider_id).await {
-        Err(e) if e.is_not_implemented() => v1.node_addresses(name).await?,
-        other => other?,
-    };
+    let node_addresses = by_id_or_name(
+        "NodeAddresses",
+        v1.node_addresses_by_provider_id(&provider_id),
+        v1.node_addresses(name),
+    )
+    .await?;
+    let instance_type = by_id_or_name(
+        "InstanceType",
+        v1.instance_type_by_provider_id(&provider_id),
+        v1.instance_type(name),
+    )
+    .await?;
     let (zone, region) = match cloud.zones() {
         Some(zones) => {
-            let zone = match zones.get_zone_by_provider_id(&provider_id).await {
-                Err(e) if e.is_not_implemented() => zones.get_zone_by_node_name(name).await?,
-                other => other?,
-            };
+            let zone = by_id_or_name(
+                "Zone",
+                zones.get_zone_by_provider_id(&provider_id),
+                zones.get_zone_by_node_name(name),
+            )
+            .await?;
             (zone.failure_domain, zone.region)
         }
         None => (String::new(), String::new()),
