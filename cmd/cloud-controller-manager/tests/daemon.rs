@@ -43,6 +43,7 @@ impl Daemon {
         let mut command = Command::new(BINARY);
         command
             .arg("--cloud-provider=fake")
+            .arg("--configure-cloud-routes=false")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!(
                 "--kubeconfig={}",

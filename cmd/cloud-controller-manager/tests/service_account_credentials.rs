@@ -46,6 +46,7 @@ impl Daemon {
         let log = dir.join("daemon.log");
         let child = Command::new(BINARY)
             .arg("--cloud-provider=fake")
+            .arg("--configure-cloud-routes=false")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg("--leader-elect=false")

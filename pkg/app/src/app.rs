@@ -133,11 +133,11 @@ pub fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// The controllers to start: those enabled by `--controllers`, minus node-route-controller unless
-/// `--allocate-node-cidrs` and `--configure-cloud-routes` are both true.
+/// The controllers to start: those enabled by `--controllers`, minus node-route-controller when
+/// `--configure-cloud-routes` is false. Like upstream (since Kubernetes 1.21), `--allocate-node-cidrs` plays no
+/// part: pod CIDRs may come from another allocator. A provider without routes skips it when it starts.
 pub fn controllers_to_start(config: &AppConfig) -> Vec<ControllerName> {
-    let routes = config.controller_config.allocate_node_cidrs
-        && config.controller_config.configure_cloud_routes;
+    let routes = config.controller_config.configure_cloud_routes;
     config
         .controllers
         .iter()
@@ -145,9 +145,8 @@ pub fn controllers_to_start(config: &AppConfig) -> Vec<ControllerName> {
         .filter(|controller| {
             if *controller == ControllerName::NodeRoute && !routes {
                 tracing::info!(
-                    allocate_node_cidrs = config.controller_config.allocate_node_cidrs,
-                    configure_cloud_routes = config.controller_config.configure_cloud_routes,
-                    "will not configure cloud provider routes; node-route-controller is not started"
+                    "will not configure cloud provider routes, --configure-cloud-routes is false; \
+                     node-route-controller is not started"
                 );
                 return false;
             }
@@ -534,14 +533,11 @@ mod tests {
     }
 
     #[test]
-    fn routes_need_both_flags() {
+    fn routes_follow_configure_cloud_routes_alone() {
         let on = controllers_to_start(&config(&[]));
-        assert!(!on.contains(&ControllerName::NodeRoute));
+        assert!(on.contains(&ControllerName::NodeRoute));
         assert!(on.contains(&ControllerName::CloudNode));
-        let on = controllers_to_start(&config(&[
-            "--allocate-node-cidrs",
-            "--cluster-cidr=10.0.0.0/16",
-        ]));
+        let on = controllers_to_start(&config(&["--allocate-node-cidrs=false"]));
         assert!(on.contains(&ControllerName::NodeRoute));
         let on = controllers_to_start(&config(&[
             "--allocate-node-cidrs",

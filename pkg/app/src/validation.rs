@@ -173,16 +173,6 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             Vec::new()
         }
     };
-    if options.allocate_node_cidrs
-        && options.configure_cloud_routes
-        && options.cluster_cidr.trim().is_empty()
-    {
-        errors.push(
-            "--cluster-cidr is required when --allocate-node-cidrs and --configure-cloud-routes are both \
-             true (node-route-controller only manages routes inside the cluster CIDR)"
-                .to_string(),
-        );
-    }
     for (flag, value) in [
         ("--node-monitor-period", options.node_monitor_period),
         (
@@ -496,11 +486,6 @@ mod tests {
                 &["--cluster-cidr=fd00::/48,fd01::/48"],
                 "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
                  CIDR, got two of the same family",
-            ),
-            (
-                &["--allocate-node-cidrs=true"],
-                "--cluster-cidr is required when --allocate-node-cidrs and --configure-cloud-routes are \
-                 both true (node-route-controller only manages routes inside the cluster CIDR)",
             ),
             (
                 &["--leader-elect-renew-deadline=15s"],

@@ -39,8 +39,6 @@ pub(crate) fn skip_reason(ctx: &ControllerContext, name: ControllerName) -> Opti
                     "cloud provider {:?} does not support routes",
                     cloud.provider_name()
                 ))
-            } else if ctx.config.cluster_cidrs.is_empty() {
-                Some("no --cluster-cidr is set".to_string())
             } else {
                 None
             }
@@ -102,6 +100,14 @@ pub async fn run_controllers(
         if let Some(reason) = skip_reason(&ctx, name) {
             tracing::info!(controller = %name, %reason, "not starting controller");
             continue;
+        }
+        if name == ControllerName::NodeRoute && ctx.config.cluster_cidrs.is_empty() {
+            // Upstream refuses to start too: routes outside a known cluster CIDR cannot be told from others.
+            return Err(ControllersError::Config(format!(
+                "--configure-cloud-routes is true and cloud provider {:?} supports routes, but \
+                 --cluster-cidr is empty: set --cluster-cidr, or pass --configure-cloud-routes=false",
+                ctx.cloud.provider_name()
+            )));
         }
         runners.push((name, build(&ctx, &informers, name)));
     }

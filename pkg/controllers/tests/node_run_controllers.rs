@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use cloud_controllers::ControllerName;
+use cloud_controllers::{ControllerConfig, ControllerName};
 use common::*;
 use provider_fake::FakeConfig;
 
@@ -21,9 +21,12 @@ fn watches_by_resource(h: &Harness) -> std::collections::BTreeMap<String, usize>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_run_controllers_starts_in_order_with_one_watch_per_resource() {
-    // No --cluster-cidr: the route controller is skipped.
-    let (h, _cloud) =
-        Harness::with_fake(FakeConfig::default(), test_config(), &ControllerName::ALL).await;
+    // --configure-cloud-routes=false: the route controller is skipped.
+    let config = ControllerConfig {
+        configure_cloud_routes: false,
+        ..test_config()
+    };
+    let (h, _cloud) = Harness::with_fake(FakeConfig::default(), config, &ControllerName::ALL).await;
     wait_until(
         Duration::from_secs(10),
         "health checks registered",

@@ -421,3 +421,43 @@ async fn node_without_a_provider_id_stays_uninitialized() {
     assert_eq!(anon.spec.and_then(|s| s.provider_id), None);
     env.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_controller_starts_without_allocate_node_cidrs() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    let mut a = ready_node("a", "10.0.0.1");
+    a.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.244.3.0/24".into()]);
+    env.create_node(&a).await;
+    let config = ControllerConfig {
+        allocate_node_cidrs: false,
+        configure_cloud_routes: true,
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        ..test_config()
+    };
+    env.run_controllers(config, &[ControllerName::NodeRoute]);
+    wait_until(WAIT, "a route for a's pod CIDR", || async {
+        env.fake.routes().iter().any(|r| r.target_node == "a")
+    })
+    .await;
+    env.stop().await.unwrap();
+
+    // Without --cluster-cidr the controller set refuses to start, as upstream does, instead of silently
+    // leaving routes unprogrammed.
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.run_controllers(
+        ControllerConfig {
+            configure_cloud_routes: true,
+            cluster_cidrs: Vec::new(),
+            ..test_config()
+        },
+        &[ControllerName::NodeRoute],
+    );
+    let error = env
+        .stop()
+        .await
+        .expect_err("no cluster CIDR is a start-up error");
+    assert!(
+        error.to_string().contains("--cluster-cidr is empty"),
+        "{error}"
+    );
+}

@@ -49,6 +49,8 @@ impl DaemonSpec {
             format!("--kubeconfig={}", self.kubeconfig.display()),
             // Serving (health, metrics) is not measured; turning it off avoids a fixed port.
             "--secure-port=0".to_string(),
+            // No scenario measures routes (the fake cloud has them, and they would need --cluster-cidr).
+            "--configure-cloud-routes=false".to_string(),
         ];
         args.extend(self.flags.iter().cloned());
         args
@@ -236,6 +238,7 @@ mod tests {
                 "--cloud-config=/tmp/c.yaml",
                 "--kubeconfig=/tmp/k",
                 "--secure-port=0",
+                "--configure-cloud-routes=false",
                 "--kube-api-qps=20"
             ]
         );

@@ -305,7 +305,9 @@ impl LocalCluster {
             format!("--kubeconfig={}", self.ccm_kubeconfig.display()),
             format!("--cluster-name={CLUSTER_NAME}"),
             format!("--cluster-cidr={CLUSTER_CIDR}"),
-            "--allocate-node-cidrs=true".into(),
+            // As upstream, routes do not depend on --allocate-node-cidrs (the simulated kubelets' pod CIDRs
+            // come from "another allocator"): case 3 proves the route controller runs without it.
+            "--allocate-node-cidrs=false".into(),
             "--configure-cloud-routes=true".into(),
             "--node-monitor-period=1s".into(),
             "--route-reconciliation-period=1s".into(),
