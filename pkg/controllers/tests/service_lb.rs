@@ -366,12 +366,33 @@ async fn node_set_changes_update_every_load_balancer() {
     wait_event(&env, "default", "a", "UpdatedLoadBalancer").await;
     wait_event(&env, "default", "b", "UpdatedLoadBalancer").await;
 
+    // The autoscaler's taint is no trigger on its own (upstream's stable node set, KEP-3458)...
     nodes
         .patch(
             "n1",
             &PatchParams::default(),
             &patch(json!({"spec": {"taints": [{
                 "key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        env.fake
+            .load_balancers()
+            .iter()
+            .all(|lb| *lb.nodes == ["n1".to_string()]),
+        "a taint alone re-targets nothing"
+    );
+    // ...but the next node-set change leaves the tainted node out.
+    env.create_node(&ready_node("n5", "10.0.0.5")).await;
+    wait_lb_nodes(&env, &["n5"]).await;
+    nodes
+        .patch(
+            "n5",
+            &PatchParams::default(),
+            &patch(json!({"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})),
         )
         .await
         .unwrap();

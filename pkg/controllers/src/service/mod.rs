@@ -12,9 +12,11 @@
 //!   load balancer deleted, its status cleared and the finalizer removed. A Service recreated under the same
 //!   name (a new UID) first has the old Service's load balancer deleted. Events `DeletingLoadBalancer`,
 //!   `DeletedLoadBalancer`, `DeleteLoadBalancerFailed`.
-//! - **Node sync**: when the set of load-balancer nodes changes (by name and provider ID; see
-//!   [`predicates::is_load_balancer_node`]), every load balancer gets `UpdateLoadBalancer` with the new
-//!   hosts. Events `UpdatedLoadBalancer`, `UpdateLoadBalancerFailed`, `UnAvailableLoadBalancer`.
+//! - **Node sync**: as upstream's stable node set (KEP-3458), when a node is added or removed, its
+//!   exclusion label changes ([`predicates::is_included`]) or its provider ID changes, every load balancer
+//!   gets `UpdateLoadBalancer` with the current backends ([`predicates::is_load_balancer_node`]: a node being
+//!   deleted or tainted `ToBeDeletedByClusterAutoscaler` is left out then, but is no trigger on its own).
+//!   Events `UpdatedLoadBalancer`, `UpdateLoadBalancerFailed`, `UnAvailableLoadBalancer`.
 //!
 //! Failures are retried per Service: a cloud [`CloudError::Retry`] exactly after its delay, anything else
 //! with exponential backoff from 5 s to 300 s. `--concurrent-service-syncs` workers process Services; one
@@ -426,22 +428,28 @@ impl NodeTracker {
 /// What of a Node matters to load balancers.
 #[derive(Debug, Clone, PartialEq)]
 struct NodeView {
+    /// A backend now ([`predicates::is_load_balancer_node`]).
     eligible: bool,
+    /// Not excluded by label ([`predicates::is_included`]).
+    included: bool,
     provider_id: Option<String>,
     /// Shared with the node store.
     addresses: Arc<[k8s_openapi::api::core::v1::NodeAddress]>,
 }
 
 impl NodeView {
-    /// The node's place in the load-balancer node set: its provider ID when it is a member.
+    /// The node's place in the set whose changes re-target every load balancer, as upstream's (KEP-3458):
+    /// its provider ID while the exclusion label does not exclude it. Readiness, taints and deletion
+    /// timestamps change the backends only at the next sync.
     fn member(&self) -> Option<String> {
-        self.eligible
+        self.included
             .then(|| self.provider_id.clone().unwrap_or_default())
     }
 
     fn of(node: &CachedNode) -> Self {
         NodeView {
             eligible: predicates::is_load_balancer_node(node),
+            included: predicates::is_included(node),
             provider_id: node.provider_id().map(str::to_string),
             addresses: node.addresses.clone(),
         }
@@ -1038,12 +1046,25 @@ mod tests {
         assert_send_static(&future);
     }
 
-    fn view(eligible: bool, provider_id: &str) -> NodeView {
+    fn view(included: bool, provider_id: &str) -> NodeView {
         NodeView {
-            eligible,
+            eligible: included,
+            included,
             provider_id: Some(provider_id.to_string()),
             addresses: Arc::from([]),
         }
+    }
+
+    #[test]
+    fn taints_and_deletion_change_the_view_but_not_the_set() {
+        let mut tracker = NodeTracker::default();
+        assert!(tracker.set("a".into(), Some(view(true, "fake://a"))));
+        tracker.unsynced.clear();
+        // Marked for deletion or tainted by the autoscaler: no longer a backend, but no re-target now.
+        let mut leaving = view(true, "fake://a");
+        leaving.eligible = false;
+        assert!(tracker.set("a".into(), Some(leaving)));
+        assert!(tracker.unsynced.is_empty());
     }
 
     #[test]

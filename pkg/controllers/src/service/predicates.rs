@@ -166,15 +166,20 @@ fn parse_bool(value: &str) -> Option<bool> {
 /// boolean excludes it, `false` keeps it) and the cluster autoscaler has not marked it for removal.
 /// Readiness is deliberately not a criterion: a flapping node must not churn every load balancer.
 pub fn is_load_balancer_node(node: &CachedNode) -> bool {
-    if node.is_terminating() {
-        return false;
+    !node.is_terminating()
+        && is_included(node)
+        && !node.has_taint(TAINT_TO_BE_DELETED_BY_AUTOSCALER)
+}
+
+/// True when the `node.kubernetes.io/exclude-from-external-load-balancers` label does not exclude the node
+/// (absent, or a boolean `false`; any other value excludes it). A change of this alone (or of a node's
+/// presence or provider ID) re-targets every load balancer, as upstream's stable node set (KEP-3458) has
+/// it; a deletion timestamp or the autoscaler's taint take effect at the next sync instead.
+pub fn is_included(node: &CachedNode) -> bool {
+    match node.label(LABEL_EXCLUDE_FROM_EXTERNAL_LB) {
+        Some(value) => parse_bool(value) == Some(false),
+        None => true,
     }
-    if let Some(value) = node.label(LABEL_EXCLUDE_FROM_EXTERNAL_LB)
-        && parse_bool(value) != Some(false)
-    {
-        return false;
-    }
-    !node.has_taint(TAINT_TO_BE_DELETED_BY_AUTOSCALER)
 }
 
 /// Filters nodes down to the load-balancer backends, sorted by name so the provider sees a stable order.
