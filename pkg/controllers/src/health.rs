@@ -46,6 +46,18 @@ impl HealthRegistry {
         }
     }
 
+    /// The handle of the check named `name`, registering it (healthy) when it does not exist yet; unlike
+    /// [`HealthRegistry::register`] an existing check keeps its state.
+    pub fn handle(&self, name: &str) -> HealthHandle {
+        if let Some((_, state)) = self.checks.read().iter().find(|(n, _)| n == name) {
+            return HealthHandle {
+                name: name.to_string(),
+                state: state.clone(),
+            };
+        }
+        self.register(name)
+    }
+
     /// Every check with its current result, in registration order.
     pub fn checks(&self) -> Vec<(String, Result<(), String>)> {
         self.checks

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod names;
 pub mod node;
 pub mod node_lifecycle;
+pub mod panics;
 pub mod pv_label;
 pub mod route;
 pub mod service;

@@ -16,6 +16,13 @@ pub struct EventOutcomeLabels {
     pub outcome: String,
 }
 
+/// Label set of the worker panic counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The controller's canonical name.
+    pub controller: String,
+}
+
 /// Every metric the controllers export. Cloning shares the underlying metrics.
 #[derive(Clone, Debug)]
 pub struct ControllerMetrics {
@@ -44,6 +51,8 @@ pub struct ControllerMetrics {
     pub node_lifecycle_nodes_deleted: Counter,
     /// `cloud_controllers_events_total{outcome}`: what happened to recorded events.
     pub events: Family<EventOutcomeLabels, Counter>,
+    /// `cloud_controllers_worker_panics_total{controller}`: panics caught while syncing one object.
+    pub worker_panics: Family<ControllerLabels, Counter>,
 }
 
 impl Default for ControllerMetrics {
@@ -61,6 +70,7 @@ impl Default for ControllerMetrics {
             node_lifecycle_deletion_guard_trips: Counter::default(),
             node_lifecycle_nodes_deleted: Counter::default(),
             events: Family::default(),
+            worker_panics: Family::default(),
         }
     }
 }
@@ -115,11 +125,25 @@ impl ControllerMetrics {
             m.node_lifecycle_nodes_deleted.clone(),
         );
         registry.register(
+            "cloud_controllers_worker_panics",
+            "Panics caught while a controller synced one object (the worker goes on; see the controller's health check)",
+            m.worker_panics.clone(),
+        );
+        registry.register(
             "cloud_controllers_events",
             "Events recorded by the controllers, by outcome (created, series_updated, aggregated, failed, dropped)",
             m.events.clone(),
         );
         m
+    }
+
+    /// Counts one caught worker panic of `controller`.
+    pub fn worker_panic(&self, controller: &str) {
+        self.worker_panics
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_string(),
+            })
+            .inc();
     }
 
     /// Counts one event outcome (see [`EventOutcomeLabels`]).

@@ -6,6 +6,7 @@ mod service_harness;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cloud_controllers::metrics::ControllerLabels;
 use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::{
     CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, TAINT_SHUTDOWN,
@@ -211,13 +212,13 @@ async fn service_target_port_change_needs_update() {
 }
 
 /// The fake cloud, except that the load balancer of the Service named `far` asks to be retried after
-/// `u64::MAX` seconds.
-struct FarRetry {
+/// `u64::MAX` seconds, and that of the Service named `boom` panics.
+struct TrickyBalancer {
     fake: Arc<FakeCloud>,
 }
 
 #[async_trait::async_trait]
-impl CloudProvider for FarRetry {
+impl CloudProvider for TrickyBalancer {
     fn provider_name(&self) -> &str {
         "fake"
     }
@@ -232,7 +233,7 @@ impl CloudProvider for FarRetry {
 }
 
 #[async_trait::async_trait]
-impl LoadBalancer for FarRetry {
+impl LoadBalancer for TrickyBalancer {
     async fn get_load_balancer(
         &self,
         cluster: &str,
@@ -247,11 +248,15 @@ impl LoadBalancer for FarRetry {
         service: &Service,
         nodes: &[Node],
     ) -> cloud_provider::Result<LoadBalancerStatus> {
-        if service.metadata.name.as_deref() == Some("far") {
-            return Err(CloudError::retry(
-                "come back much later",
-                Duration::from_secs(u64::MAX),
-            ));
+        match service.metadata.name.as_deref() {
+            Some("far") => {
+                return Err(CloudError::retry(
+                    "come back much later",
+                    Duration::from_secs(u64::MAX),
+                ));
+            }
+            Some("boom") => panic!("a provider bug"),
+            _ => {}
         }
         self.lb()
             .ensure_load_balancer(cluster, service, nodes)
@@ -280,7 +285,7 @@ impl LoadBalancer for FarRetry {
     }
 }
 
-impl FarRetry {
+impl TrickyBalancer {
     fn lb(&self) -> &dyn LoadBalancer {
         self.fake
             .load_balancer()
@@ -292,7 +297,7 @@ impl FarRetry {
 async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
     let mut env = Env::new(FakeConfig::default()).await;
     env.create_node(&ready_node("n1", "10.0.0.1")).await;
-    let cloud = Arc::new(FarRetry {
+    let cloud = Arc::new(TrickyBalancer {
         fake: env.cloud.clone(),
     });
     env.run_controllers_with(cloud, test_config(), &[ControllerName::ServiceLb]);
@@ -460,4 +465,44 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
         error.to_string().contains("--cluster-cidr is empty"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_sync_is_reported_and_the_worker_goes_on() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.create_node(&ready_node("n1", "10.0.0.1")).await;
+    let cloud = Arc::new(TrickyBalancer {
+        fake: env.cloud.clone(),
+    });
+    env.run_controllers_with(cloud, test_config(), &[ControllerName::ServiceLb]);
+    env.create_service(&lb_service("default", "boom")).await;
+    let panics = || {
+        env.metrics
+            .worker_panics
+            .get_or_create(&ControllerLabels {
+                controller: "service-lb-controller".into(),
+            })
+            .get()
+    };
+    wait_until(WAIT, "the panic counted", || async { panics() >= 1 }).await;
+    let health = env
+        .health
+        .checks()
+        .into_iter()
+        .find(|(name, _)| name == "service-lb-controller")
+        .map(|(_, result)| result);
+    let message = health.expect("a health check").expect_err("failed");
+    assert!(
+        message.contains("default/boom") && message.contains("a provider bug"),
+        "{message}"
+    );
+    // The only worker goes on with the next Service.
+    env.create_service(&lb_service("default", "next")).await;
+    wait_until(WAIT, "an ingress on the next Service", || async {
+        env.get_service("default", "next")
+            .await
+            .is_some_and(|s| !ingress_ips(&s).is_empty())
+    })
+    .await;
+    env.stop().await.unwrap();
 }

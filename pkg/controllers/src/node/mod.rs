@@ -35,6 +35,7 @@ use crate::events::{EventRecorder, EventType};
 use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
+use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
 
 use self::addresses::{AddressError, desired_addresses};
@@ -226,8 +227,20 @@ impl CloudNodeController {
         for _ in 0..workers {
             let inner = inner.clone();
             tasks.spawn(async move {
+                let panics = PanicGuard::new(&inner.ctx, ControllerName::CloudNode);
                 while let Some(batch) = inner.queue.next_batch(MAX_BATCH, workers).await {
-                    inner.process_batch(&batch).await;
+                    let object = batch.join(",");
+                    if panics
+                        .run(&object, inner.process_batch(&batch))
+                        .await
+                        .is_none()
+                    {
+                        // Reported by the guard; every node of the batch is tried again with backoff.
+                        for name in &batch {
+                            inner.queue.add_rate_limited(name.clone(), None);
+                            inner.queue.done(name);
+                        }
+                    }
                 }
             });
         }

@@ -30,6 +30,7 @@ use crate::identity;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
 use crate::node::metadata::fit_bulk_results;
+use crate::panics::PanicGuard;
 
 /// NotReady nodes per bulk state call.
 const STATE_CHUNK: usize = 250;
@@ -150,6 +151,7 @@ impl CloudNodeLifecycleController {
                 .max(Duration::from_millis(10)),
         );
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let panics = PanicGuard::new(&self.ctx, ControllerName::CloudNodeLifecycle);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -157,8 +159,9 @@ impl CloudNodeLifecycleController {
             }
             let pass = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                summary = self.monitor_nodes() => summary,
+                summary = panics.run("a lifecycle pass", self.monitor_nodes()) => summary,
             };
+            // A panicked pass is reported by the guard; the next tick starts a fresh one.
             tracing::debug!(?pass, "node lifecycle pass finished");
         }
         self.recorder.flush(EVENT_FLUSH_TIMEOUT).await;

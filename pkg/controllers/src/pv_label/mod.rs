@@ -25,6 +25,7 @@ use crate::events::{EventRecorder, EventType, object_ref};
 use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
+use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
 
 /// Concurrent PV syncs.
@@ -137,8 +138,14 @@ impl PvLabelController {
         for _ in 0..WORKERS {
             let inner = inner.clone();
             workers.spawn(async move {
+                let panics = PanicGuard::new(&inner.ctx, ControllerName::PvLabel);
                 while let Some(name) = inner.queue.next().await {
-                    let result = inner.sync(&name).await;
+                    let Some(result) = panics.run(&name, inner.sync(&name)).await else {
+                        // Reported by the guard; the volume is tried again with backoff.
+                        inner.queue.add_rate_limited(name.clone(), None);
+                        inner.queue.done(&name);
+                        continue;
+                    };
                     match result {
                         Ok(()) => inner.queue.forget(&name),
                         Err(error) => {

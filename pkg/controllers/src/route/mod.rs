@@ -41,6 +41,7 @@ use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
+use crate::panics::PanicGuard;
 
 use plan::{NodeRouting, RouteCreation, RouteOp, all_routes_created, validate_cluster_cidrs};
 
@@ -70,6 +71,7 @@ pub struct NodeRouteController {
     period: Duration,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
+    panics: PanicGuard,
     nodes: Store<CachedNode>,
     informers: SharedInformers,
     node_events: InformerEvents<CachedNode>,
@@ -113,6 +115,7 @@ impl NodeRouteController {
             period: ctx.config.route_reconciliation_period,
             recorder: ctx.recorder(ControllerName::NodeRoute),
             metrics: ctx.metrics.clone(),
+            panics: PanicGuard::new(ctx, ControllerName::NodeRoute),
             nodes: informers.nodes(),
             informers: informers.clone(),
             node_events: informers.node_events(),
@@ -142,6 +145,7 @@ impl NodeRouteController {
             period,
             recorder,
             metrics,
+            panics,
             nodes,
             informers: _,
             node_events,
@@ -175,7 +179,14 @@ impl NodeRouteController {
                     }
                 }
             }
-            match reconciler.reconcile().await {
+            let Some(outcome) = panics
+                .run("a route reconciliation", reconciler.reconcile())
+                .await
+            else {
+                // Reported by the guard; the next period starts a fresh reconciliation.
+                continue;
+            };
+            match outcome {
                 Ok(summary) => {
                     tracing::debug!(controller = %ControllerName::NodeRoute, ?summary, "routes reconciled")
                 }

@@ -48,6 +48,7 @@ use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
+use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
 
 use predicates::{
@@ -137,6 +138,7 @@ struct Shared {
     workers: usize,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
+    panics: PanicGuard,
     services: Store<Service>,
     nodes: Store<CachedNode>,
     queue: WorkQueue<String>,
@@ -174,6 +176,7 @@ impl ServiceLbController {
             workers: ctx.config.concurrent_service_syncs.max(1),
             recorder: ctx.recorder(ControllerName::ServiceLb),
             metrics: ctx.metrics.clone(),
+            panics: PanicGuard::new(ctx, ControllerName::ServiceLb),
             services: informers.services(),
             nodes: informers.nodes(),
             queue: WorkQueue::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY),
@@ -458,7 +461,13 @@ impl NodeView {
 
 async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.next().await {
-        match shared.sync(&key).await {
+        let Some(outcome) = shared.panics.run(&key, shared.sync(&key)).await else {
+            // Reported by the guard; the Service is tried again with backoff.
+            shared.queue.add_rate_limited(key.clone(), None);
+            shared.queue.done(&key);
+            continue;
+        };
+        match outcome {
             Ok(()) => shared.queue.forget(&key),
             Err(error) => match error.retry_after {
                 Some(delay) => {

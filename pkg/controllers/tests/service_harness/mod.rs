@@ -33,6 +33,8 @@ pub struct Env {
     pub cloud: Arc<FakeCloud>,
     pub fake: FakeControl,
     pub metrics: ControllerMetrics,
+    /// The health checks of the controllers started through [`Env::context`].
+    pub health: HealthRegistry,
     shutdown: CancellationToken,
     task: Option<JoinHandle<Result<(), ControllersError>>>,
 }
@@ -58,6 +60,7 @@ impl Env {
             cloud,
             fake,
             metrics: ControllerMetrics::default(),
+            health: HealthRegistry::new(),
             shutdown: CancellationToken::new(),
             task: None,
         }
@@ -80,7 +83,7 @@ impl Env {
             cloud,
             config: Arc::new(config),
             metrics: self.metrics.clone(),
-            health: HealthRegistry::new(),
+            health: self.health.clone(),
             identity: "test-host_0000".to_string(),
         }
     }
