@@ -327,13 +327,14 @@ async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
     env.stop().await.unwrap();
 }
 
-/// The fake cloud's instances, except that their metadata names no provider ID.
-struct NoProviderId {
+/// The fake cloud's instances, with their metadata changed by `alter`.
+struct AlteredMetadata {
     fake: Arc<FakeCloud>,
+    alter: fn(InstanceMetadata) -> InstanceMetadata,
 }
 
 #[async_trait::async_trait]
-impl CloudProvider for NoProviderId {
+impl CloudProvider for AlteredMetadata {
     fn provider_name(&self) -> &str {
         "fake"
     }
@@ -348,7 +349,7 @@ impl CloudProvider for NoProviderId {
 }
 
 #[async_trait::async_trait]
-impl InstancesV2 for NoProviderId {
+impl InstancesV2 for AlteredMetadata {
     async fn instance_exists(&self, node: &Node) -> cloud_provider::Result<bool> {
         self.v2().instance_exists(node).await
     }
@@ -362,14 +363,11 @@ impl InstancesV2 for NoProviderId {
         node: &Node,
     ) -> cloud_provider::Result<Option<InstanceMetadata>> {
         let metadata = self.v2().instance_metadata(node).await?;
-        Ok(metadata.map(|m| InstanceMetadata {
-            provider_id: String::new(),
-            ..m
-        }))
+        Ok(metadata.map(self.alter))
     }
 }
 
-impl NoProviderId {
+impl AlteredMetadata {
     fn v2(&self) -> &dyn InstancesV2 {
         self.fake
             .instances_v2()
@@ -403,8 +401,12 @@ async fn node_without_a_provider_id_stays_uninitialized() {
     let mut kubelet_set = ready_node("kubelet-set", "10.0.0.9");
     kubelet_set.spec.as_mut().unwrap().taints = Some(vec![uninitialized]);
     env.create_node(&kubelet_set).await;
-    let cloud = Arc::new(NoProviderId {
+    let cloud = Arc::new(AlteredMetadata {
         fake: env.cloud.clone(),
+        alter: |m| InstanceMetadata {
+            provider_id: String::new(),
+            ..m
+        },
     });
     env.run_controllers_with(cloud, test_config(), &[ControllerName::CloudNode]);
 
@@ -504,5 +506,52 @@ async fn a_panicking_sync_is_reported_and_the_worker_goes_on() {
             .is_some_and(|s| !ingress_ips(&s).is_empty())
     })
     .await;
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig::named("pinned")],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    let mut pinned = ready_node("pinned", "10.0.0.50");
+    pinned.metadata.annotations = Some(
+        [(
+            "alpha.kubernetes.io/provided-node-ip".to_string(),
+            "10.0.0.50".to_string(),
+        )]
+        .into(),
+    );
+    pinned.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    env.create_node(&pinned).await;
+    // The cloud knows the instance but reports no address: the provided IP cannot be confirmed.
+    let cloud = Arc::new(AlteredMetadata {
+        fake: env.cloud.clone(),
+        alter: |m| InstanceMetadata {
+            node_addresses: Vec::new(),
+            ..m
+        },
+    });
+    env.run_controllers_with(cloud, test_config(), &[ControllerName::CloudNode]);
+    wait_until(WAIT, "a metadata lookup and its retry", || async {
+        env.fake.call_count("instance_metadata") + env.fake.call_count("instance_metadata_bulk")
+            >= 2
+    })
+    .await;
+    assert_eq!(
+        taints(&node(&env, "pinned").await),
+        vec![(TAINT_UNINITIALIZED.to_string(), "NoSchedule".to_string())],
+        "the node stays uninitialized"
+    );
     env.stop().await.unwrap();
 }

@@ -42,6 +42,13 @@ pub fn provided_node_ips(node: &CachedNode) -> Result<Vec<IpAddr>, AddressError>
     parse_provided_node_ips(value)
 }
 
+/// Checks, before a node is initialized, that the IPs its kubelet was given
+/// (`alpha.kubernetes.io/provided-node-ip`) are among the cloud's addresses, as upstream does: an empty cloud
+/// list does not pass (the node must not lose its taint with an IP the cloud does not know).
+pub fn validate_provided_ips(node: &CachedNode, cloud: &[NodeAddress]) -> Result<(), AddressError> {
+    apply_provided_ips(&provided_node_ips(node)?, cloud).map(drop)
+}
+
 /// Parses a provided-node-ip value: one IP, or two comma-separated IPs of different families.
 pub fn parse_provided_node_ips(value: &str) -> Result<Vec<IpAddr>, AddressError> {
     let invalid = |reason: &str| AddressError::InvalidProvidedIp {

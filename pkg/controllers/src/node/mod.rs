@@ -38,7 +38,7 @@ use crate::names::ControllerName;
 use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
 
-use self::addresses::{AddressError, desired_addresses};
+use self::addresses::{AddressError, desired_addresses, validate_provided_ips};
 use self::labels::{initialization_labels, reconciled_labels};
 
 /// Most nodes initialized with one bulk metadata call.
@@ -408,7 +408,9 @@ impl Inner {
         metadata: &InstanceMetadata,
     ) -> Result<(), SyncError> {
         let name = node.name();
-        let addresses = match desired_addresses(node, &metadata.node_addresses) {
+        let addresses = match validate_provided_ips(node, &metadata.node_addresses)
+            .and_then(|()| desired_addresses(node, &metadata.node_addresses))
+        {
             Ok(a) => a,
             Err(e) => {
                 self.recorder.publish(
