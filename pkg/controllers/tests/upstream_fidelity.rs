@@ -14,7 +14,7 @@ use cloud_provider::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service, Taint};
 use kube::api::{Patch, PatchParams};
-use provider_fake::{AddressConfig, FakeCloud, FakeConfig, InstanceConfig};
+use provider_fake::{AddressConfig, FakeCloud, FakeConfig, FaultSpec, InstanceConfig};
 use serde_json::json;
 use service_harness::{
     Env, has_lb_finalizer, ingress_ips, lb_service, ready_node, test_config, wait_until,
@@ -553,5 +553,63 @@ async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
         vec![(TAINT_UNINITIALIZED.to_string(), "NoSchedule".to_string())],
         "the node stays uninitialized"
     );
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn address_sync_writes_against_the_current_resource_version() {
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig {
+            addresses: vec![
+                AddressConfig {
+                    type_: "InternalIP".into(),
+                    address: "10.0.0.8".into(),
+                },
+                AddressConfig {
+                    type_: "ExternalIP".into(),
+                    address: "203.0.113.8".into(),
+                },
+            ],
+            ..InstanceConfig::named("busy")
+        }],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    env.create_node(&ready_node("busy", "10.0.0.8")).await;
+    // The cloud answers slowly while the node changes all the time (a kubelet's heartbeats).
+    env.fake
+        .set_fault(
+            "instance_metadata_bulk",
+            FaultSpec::latency(Duration::from_millis(400)),
+        )
+        .unwrap();
+    let nodes = env.nodes();
+    let heartbeat = tokio::spawn(async move {
+        for beat in 0u32.. {
+            let patch = json!({"metadata": {"labels": {"heartbeat": beat.to_string()}}});
+            let _ = nodes
+                .patch("busy", &PatchParams::default(), &Patch::Merge(patch))
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let config = ControllerConfig {
+        node_status_update_frequency: Duration::from_millis(100),
+        ..test_config()
+    };
+    env.run_controllers(config, &[ControllerName::CloudNode]);
+    wait_until(
+        WAIT,
+        "the ExternalIP written despite the heartbeats",
+        || async {
+            node(&env, "busy")
+                .await
+                .status
+                .and_then(|s| s.addresses)
+                .is_some_and(|a| a.iter().any(|a| a.address == "203.0.113.8"))
+        },
+    )
+    .await;
+    heartbeat.abort();
     env.stop().await.unwrap();
 }

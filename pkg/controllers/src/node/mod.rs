@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use cloud_provider::{CloudError, InstanceMetadata, TAINT_UNINITIALIZED};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, Taint};
 use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
@@ -485,6 +485,40 @@ impl Inner {
         tracing::debug!(nodes = nodes.len(), took = ?started.elapsed(), "node address sync finished");
     }
 
+    /// Replaces `status.addresses` of `node` with what the cloud's `addresses` make of it, guarded by the
+    /// node's resourceVersion; a conflict (the kubelet wrote meanwhile) is retried once on a fresh read.
+    async fn write_addresses(
+        &self,
+        node: &CachedNode,
+        addresses: &[NodeAddress],
+    ) -> Result<(), SyncError> {
+        let mut current = node.clone();
+        for attempt in 1..=2 {
+            let Some(desired) = desired_addresses(&current, addresses)? else {
+                return Ok(());
+            };
+            let patch = json!({
+                "metadata": { "resourceVersion": current.resource_version() },
+                "status": { "addresses": desired },
+            });
+            match self
+                .api
+                .patch_status(
+                    current.name(),
+                    &identity::patch_params(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt == 1 => {
+                    current = CachedNode::from(self.api.get(current.name()).await?);
+                }
+                other => return other.map(drop).map_err(SyncError::from),
+            }
+        }
+        Ok(())
+    }
+
     async fn sync_chunk(&self, chunk: &[Arc<CachedNode>]) {
         let results = metadata::lookup(self.ctx.cloud.as_ref(), chunk).await;
         for (node, result) in chunk.iter().zip(results) {
@@ -507,24 +541,18 @@ impl Inner {
                     continue;
                 }
             };
-            match desired_addresses(node, &md.node_addresses) {
+            // The cloud answered after a while: compare with, and guard the write by, the node as it is now.
+            let Some(node) = self.store.get(&ObjectRef::new(name)) else {
+                continue;
+            };
+            match desired_addresses(&node, &md.node_addresses) {
                 Ok(None) => {}
-                Ok(Some(addresses)) => {
-                    let patch = json!({
-                        "metadata": { "resourceVersion": node.resource_version() },
-                        "status": { "addresses": addresses },
-                    });
-                    match self
-                        .api
-                        .patch_status(name, &identity::patch_params(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(_) => tracing::info!(node = %name, "updated node addresses"),
-                        Err(error) => {
-                            tracing::warn!(node = %name, %error, "could not update node addresses; next sync retries")
-                        }
+                Ok(Some(_)) => match self.write_addresses(&node, &md.node_addresses).await {
+                    Ok(()) => tracing::info!(node = %name, "updated node addresses"),
+                    Err(error) => {
+                        tracing::warn!(node = %name, %error, "could not update node addresses; next sync retries")
                     }
-                }
+                },
                 Err(e) => {
                     tracing::warn!(node = %name, error = %e, "node addresses not updated");
                     self.recorder.publish(
