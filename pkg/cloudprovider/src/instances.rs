@@ -86,7 +86,8 @@ pub trait InstancesV2: Send + Sync {
 
     /// The state of many nodes' instances, results in input order. The default calls
     /// [`InstancesV2::instance_exists`] and, for existing instances, [`InstancesV2::instance_shutdown`],
-    /// node by node in order.
+    /// node by node in order; an `instance_shutdown` that is not implemented counts as running, as
+    /// upstream's lifecycle controller treats it.
     async fn instance_states(&self, nodes: &[Node]) -> Vec<Result<InstanceState>> {
         let mut out = Vec::with_capacity(nodes.len());
         for node in nodes {
@@ -95,6 +96,7 @@ pub trait InstancesV2: Send + Sync {
                 Ok(true) => match self.instance_shutdown(node).await {
                     Ok(true) => Ok(InstanceState::Shutdown),
                     Ok(false) => Ok(InstanceState::Running),
+                    Err(e) if e.is_not_implemented() => Ok(InstanceState::Running),
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
@@ -143,6 +145,7 @@ mod tests {
             self.calls.lock().unwrap().push(format!("shutdown {n}"));
             match n.as_str() {
                 "stopped" => Ok(true),
+                "unknowable" => Err(CloudError::NotImplemented),
                 "flaky" => Err(CloudError::retry(
                     "later",
                     std::time::Duration::from_secs(1),
@@ -200,6 +203,7 @@ mod tests {
             node("stopped"),
             node("broken"),
             node("flaky"),
+            node("unknowable"),
         ];
         let out = r.instance_states(&nodes).await;
         assert_eq!(out[0].as_ref().unwrap(), &InstanceState::Running);
@@ -207,6 +211,8 @@ mod tests {
         assert_eq!(out[2].as_ref().unwrap(), &InstanceState::Shutdown);
         assert_eq!(out[3].as_ref().unwrap_err().to_string(), "exists failed");
         assert!(out[4].as_ref().unwrap_err().retry_after().is_some());
+        // A provider that cannot tell shutdown from running: running, not an error every pass.
+        assert_eq!(out[5].as_ref().unwrap(), &InstanceState::Running);
         assert_eq!(
             *r.calls.lock().unwrap(),
             vec![
@@ -217,7 +223,9 @@ mod tests {
                 "shutdown stopped",
                 "exists broken",
                 "exists flaky",
-                "shutdown flaky"
+                "shutdown flaky",
+                "exists unknowable",
+                "shutdown unknowable"
             ]
         );
     }

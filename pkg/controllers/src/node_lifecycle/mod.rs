@@ -421,10 +421,12 @@ async fn state_v1(
     if !v1.instance_exists_by_provider_id(&provider_id).await? {
         return Ok(InstanceState::NotFound);
     }
-    if v1.instance_shutdown_by_provider_id(&provider_id).await? {
-        Ok(InstanceState::Shutdown)
-    } else {
-        Ok(InstanceState::Running)
+    match v1.instance_shutdown_by_provider_id(&provider_id).await {
+        Ok(true) => Ok(InstanceState::Shutdown),
+        Ok(false) => Ok(InstanceState::Running),
+        // A provider that cannot tell shutdown instances apart: running, as upstream treats it.
+        Err(e) if e.is_not_implemented() => Ok(InstanceState::Running),
+        Err(e) => Err(e),
     }
 }
 
