@@ -9,8 +9,8 @@ use std::time::Duration;
 use cloud_controllers::metrics::ControllerLabels;
 use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::{
-    CloudError, CloudProvider, InstanceMetadata, InstancesV2, LoadBalancer, TAINT_SHUTDOWN,
-    TAINT_UNINITIALIZED,
+    CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
+    TAINT_SHUTDOWN, TAINT_UNINITIALIZED, Zones,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service, Taint};
 use kube::api::{Patch, PatchParams};
@@ -611,5 +611,62 @@ async fn address_sync_writes_against_the_current_resource_version() {
     )
     .await;
     heartbeat.abort();
+    env.stop().await.unwrap();
+}
+
+/// The fake cloud seen through the v1 `Instances` and `Zones` interfaces only.
+struct V1Only(Arc<FakeCloud>);
+
+#[async_trait::async_trait]
+impl CloudProvider for V1Only {
+    fn provider_name(&self) -> &str {
+        self.0.provider_name()
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.0.instances()
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.0.zones()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_address_sync_costs_one_call_per_node() {
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig::named("v1-a"), InstanceConfig::named("v1-b")],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    env.create_node(&ready_node("v1-a", "10.0.0.21")).await;
+    env.create_node(&ready_node("v1-b", "10.0.0.22")).await;
+    let config = ControllerConfig {
+        node_status_update_frequency: Duration::from_millis(100),
+        ..test_config()
+    };
+    env.run_controllers_with(
+        Arc::new(V1Only(env.cloud.clone())),
+        config,
+        &[ControllerName::CloudNode],
+    );
+    wait_until(WAIT, "several address syncs", || async {
+        env.fake.call_count("node_addresses_by_provider_id") >= 6
+    })
+    .await;
+    // Only addresses are asked for: no instance-type or zone lookups after initialization.
+    for operation in [
+        "instance_type",
+        "instance_type_by_provider_id",
+        "get_zone_by_provider_id",
+        "get_zone_by_node_name",
+        "instance_id",
+    ] {
+        assert_eq!(env.fake.call_count(operation), 0, "{operation}");
+    }
     env.stop().await.unwrap();
 }

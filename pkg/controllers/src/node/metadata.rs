@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, Instances};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use crate::cached_node::CachedNode;
 
@@ -45,6 +45,42 @@ pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<CachedNode>]) -> Vec
         .iter()
         .map(|_| Err(CloudError::NotImplemented))
         .collect()
+}
+
+/// The cloud's addresses of every node, in input order, for the periodic address sync: one bulk
+/// `InstancesV2` metadata call for the whole slice, or one v1 address lookup per node (by provider ID,
+/// then by name), never the instance-type and zone calls initialization needs.
+pub async fn lookup_addresses(
+    cloud: &dyn CloudProvider,
+    nodes: &[Arc<CachedNode>],
+) -> Vec<Result<Option<Vec<NodeAddress>>, CloudError>> {
+    if cloud.instances_v2().is_some() {
+        return lookup(cloud, nodes)
+            .await
+            .into_iter()
+            .map(|result| result.map(|md| md.map(|md| md.node_addresses)))
+            .collect();
+    }
+    let Some(v1) = cloud.instances() else {
+        return nodes
+            .iter()
+            .map(|_| Err(CloudError::NotImplemented))
+            .collect();
+    };
+    let lookups = nodes.iter().cloned().map(|node| async move {
+        let provider_id = node.provider_id().unwrap_or_default().to_string();
+        by_id_or_name(
+            "NodeAddresses",
+            v1.node_addresses_by_provider_id(&provider_id),
+            v1.node_addresses(node.name()),
+        )
+        .await
+        .map(Some)
+    });
+    futures::stream::iter(lookups)
+        .buffered(V1_CONCURRENCY)
+        .collect()
+        .await
 }
 
 /// `InstancesV2` metadata must name the instance: the provider ID is set once, at initialization, and load

@@ -520,14 +520,14 @@ impl Inner {
     }
 
     async fn sync_chunk(&self, chunk: &[Arc<CachedNode>]) {
-        let results = metadata::lookup(self.ctx.cloud.as_ref(), chunk).await;
+        let results = metadata::lookup_addresses(self.ctx.cloud.as_ref(), chunk).await;
         for (node, result) in chunk.iter().zip(results) {
             let name = node.name();
             if !reconciled_labels(node.as_ref()).is_empty() {
                 self.queue.add(name.to_string());
             }
-            let md = match result {
-                Ok(Some(md)) => md,
+            let cloud_addresses = match result {
+                Ok(Some(addresses)) => addresses,
                 Ok(None) => {
                     tracing::debug!(node = %name, "no instance metadata; addresses left as they are");
                     continue;
@@ -545,9 +545,9 @@ impl Inner {
             let Some(node) = self.store.get(&ObjectRef::new(name)) else {
                 continue;
             };
-            match desired_addresses(&node, &md.node_addresses) {
+            match desired_addresses(&node, &cloud_addresses) {
                 Ok(None) => {}
-                Ok(Some(_)) => match self.write_addresses(&node, &md.node_addresses).await {
+                Ok(Some(_)) => match self.write_addresses(&node, &cloud_addresses).await {
                     Ok(()) => tracing::info!(node = %name, "updated node addresses"),
                     Err(error) => {
                         tracing::warn!(node = %name, %error, "could not update node addresses; next sync retries")
