@@ -42,7 +42,48 @@ pub enum InformerEvent<K> {
 }
 
 /// The receiving end of an informer subscription; events arrive in watch order.
-pub type InformerEvents<K> = mpsc::UnboundedReceiver<InformerEvent<K>>;
+pub type InformerEvents<K> = mpsc::Receiver<InformerEvent<K>>;
+
+/// Events one subscriber may have waiting. A subscriber that falls this far behind is not waited for (a
+/// slow controller must not stall the watch every other controller reads): further events are dropped and
+/// replaced by one [`InformerEvent::Resynced`], delivered as soon as it has room, after which it re-examines
+/// the store, which already holds every dropped change. Memory stays bounded however slow a consumer is.
+pub const SUBSCRIBER_CAPACITY: usize = 4096;
+
+/// One subscription: its channel, and whether events were dropped and a resync is on its way.
+struct Subscriber<T> {
+    tx: mpsc::Sender<InformerEvent<T>>,
+    behind: Arc<AtomicBool>,
+}
+
+impl<T: Send + Sync + 'static> Subscriber<T> {
+    /// Delivers `event` without waiting; false when the subscriber is gone.
+    fn deliver(&self, event: InformerEvent<T>) -> bool {
+        if self.behind.load(Ordering::SeqCst) {
+            // A resync is already on its way: it covers this change (the store holds it).
+            return !self.tx.is_closed();
+        }
+        match self.tx.try_send(event) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if !self.behind.swap(true, Ordering::SeqCst) {
+                    let tx = self.tx.clone();
+                    let behind = self.behind.clone();
+                    tokio::spawn(async move {
+                        if let Ok(permit) = tx.reserve().await {
+                            // Cleared before the resync is sent: a change dropped until now is in the store
+                            // before the subscriber can read the resync.
+                            behind.store(false, Ordering::SeqCst);
+                            permit.send(InformerEvent::Resynced);
+                        }
+                    });
+                }
+                true
+            }
+        }
+    }
+}
 
 /// Whether an informer's store holds a complete list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +106,7 @@ where
     /// only the most recent of several concurrent waiters).
     ready: tokio::sync::watch::Sender<Readiness>,
     writer: Mutex<Option<Writer<T>>>,
-    subscribers: Mutex<Vec<mpsc::UnboundedSender<InformerEvent<T>>>>,
+    subscribers: Mutex<Vec<Subscriber<T>>>,
     wanted: AtomicBool,
 }
 
@@ -94,13 +135,16 @@ where
 
     fn events(&self) -> InformerEvents<T> {
         self.wanted.store(true, Ordering::SeqCst);
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers.lock().push(tx);
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_CAPACITY);
+        self.subscribers.lock().push(Subscriber {
+            tx,
+            behind: Arc::new(AtomicBool::new(false)),
+        });
         rx
     }
 
     fn broadcast(&self, make: impl Fn() -> InformerEvent<T>) {
-        self.subscribers.lock().retain(|tx| tx.send(make()).is_ok());
+        self.subscribers.lock().retain(|s| s.deliver(make()));
     }
 
     fn start(
@@ -334,6 +378,31 @@ impl SharedInformers {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_gets_one_resync_instead_of_unbounded_events() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let subscriber = Subscriber {
+            tx,
+            behind: Arc::new(AtomicBool::new(false)),
+        };
+        for n in 0..10u32 {
+            assert!(subscriber.deliver(InformerEvent::Applied(Arc::new(n))));
+        }
+        // Two events fit; the other eight are dropped for one resync, sent once there is room.
+        assert!(matches!(rx.recv().await, Some(InformerEvent::Applied(n)) if *n == 0));
+        assert!(matches!(rx.recv().await, Some(InformerEvent::Applied(n)) if *n == 1));
+        assert!(matches!(rx.recv().await, Some(InformerEvent::Resynced)));
+        assert!(!subscriber.behind.load(Ordering::SeqCst));
+        // Caught up: events flow again.
+        assert!(subscriber.deliver(InformerEvent::Applied(Arc::new(10))));
+        assert!(matches!(rx.recv().await, Some(InformerEvent::Applied(n)) if *n == 10));
+        drop(rx);
+        assert!(
+            !subscriber.deliver(InformerEvent::Resynced),
+            "a gone subscriber is dropped"
+        );
+    }
 
     #[test]
     fn trimming_drops_server_bookkeeping() {
