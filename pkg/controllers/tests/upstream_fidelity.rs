@@ -12,9 +12,9 @@ use cloud_provider::{
     CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
     TAINT_SHUTDOWN, TAINT_UNINITIALIZED, Zones,
 };
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeSpec, Service, Taint};
+use k8s_openapi::api::core::v1::{Event, LoadBalancerStatus, Node, NodeSpec, Service, Taint};
 use kube::api::{Patch, PatchParams};
-use provider_fake::{AddressConfig, FakeCloud, FakeConfig, FaultSpec, InstanceConfig};
+use provider_fake::{AddressConfig, FakeCloud, FakeConfig, FaultKind, FaultSpec, InstanceConfig};
 use serde_json::json;
 use service_harness::{
     Env, has_lb_finalizer, ingress_ips, lb_service, ready_node, test_config, wait_until,
@@ -668,5 +668,101 @@ async fn v1_address_sync_costs_one_call_per_node() {
     ] {
         assert_eq!(env.fake.call_count(operation), 0, "{operation}");
     }
+    env.stop().await.unwrap();
+}
+
+/// (type, reason, message, source.component, reportingComponent) of the core events about `name`, oldest first.
+async fn core_events(env: &Env, name: &str) -> Vec<(String, String, String, String, String)> {
+    let events: kube::Api<Event> = kube::Api::namespaced(env.client.clone(), "default");
+    let mut list = events.list(&Default::default()).await.unwrap().items;
+    list.retain(|e| e.involved_object.name.as_deref() == Some(name));
+    list.sort_by_key(|e| e.first_timestamp.clone().map(|t| t.0));
+    list.into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+                e.reporting_component.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn event(type_: &str, reason: &str, message: &str) -> (String, String, String, String, String) {
+    let component = "service-controller".to_string();
+    (
+        type_.into(),
+        reason.into(),
+        message.into(),
+        component.clone(),
+        component,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_events_are_upstreams_reasons_messages_and_source() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.create_node(&ready_node("n1", "10.0.0.1")).await;
+    env.fake
+        .set_fault(
+            "ensure_load_balancer_deleted",
+            FaultSpec::errors(1.0, FaultKind::Provider),
+        )
+        .unwrap();
+    env.run_controllers(test_config(), &[ControllerName::ServiceLb]);
+    env.create_service(&lb_service("default", "web")).await;
+    wait_until(WAIT, "the load balancer ensured", || async {
+        core_events(&env, "web").await.len() >= 2
+    })
+    .await;
+    env.services("default")
+        .delete("web", &Default::default())
+        .await
+        .unwrap();
+    wait_until(WAIT, "a failed deletion reported", || async {
+        core_events(&env, "web")
+            .await
+            .iter()
+            .any(|e| e.1 == "DeleteLoadBalancerFailed")
+    })
+    .await;
+    env.fake.clear_faults();
+    wait_until(WAIT, "the load balancer deleted", || async {
+        core_events(&env, "web")
+            .await
+            .iter()
+            .any(|e| e.1 == "DeletedLoadBalancer")
+    })
+    .await;
+    let events = core_events(&env, "web").await;
+    let failed = events
+        .iter()
+        .find(|e| e.1 == "DeleteLoadBalancerFailed")
+        .unwrap();
+    assert_eq!(failed.0, "Warning");
+    assert!(
+        failed.2.starts_with("Error deleting load balancer: "),
+        "{failed:?}"
+    );
+    assert_eq!(
+        (failed.3.as_str(), failed.4.as_str()),
+        ("service-controller", "service-controller")
+    );
+    let mut kinds: Vec<_> = events
+        .into_iter()
+        .filter(|e| e.1 != "DeleteLoadBalancerFailed")
+        .collect();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        vec![
+            event("Normal", "EnsuringLoadBalancer", "Ensuring load balancer"),
+            event("Normal", "EnsuredLoadBalancer", "Ensured load balancer"),
+            event("Normal", "DeletingLoadBalancer", "Deleting load balancer"),
+            event("Normal", "DeletedLoadBalancer", "Deleted load balancer"),
+        ]
+    );
     env.stop().await.unwrap();
 }
