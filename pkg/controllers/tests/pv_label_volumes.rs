@@ -107,6 +107,28 @@ async fn pv_label_cloud_volumes_get_zone_and_region_labels() {
         p1.get(LABEL_REGION_BETA).map(String::as_str),
         Some("fake-region-1")
     );
+    // And a node affinity requiring the zone and region, as upstream sets it.
+    let affinity = api
+        .get("cloud-1")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_affinity)
+        .and_then(|a| a.required)
+        .expect("a required node affinity");
+    let requirements: Vec<(String, Vec<String>)> = affinity.node_selector_terms[0]
+        .match_expressions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.key, r.values.unwrap_or_default()))
+        .collect();
+    assert!(
+        requirements.contains(&(LABEL_ZONE.to_string(), vec!["fake-region-1c".to_string()]))
+            && requirements
+                .contains(&(LABEL_REGION.to_string(), vec!["fake-region-1".to_string()])),
+        "{requirements:?}"
+    );
 
     wait_until(TIMEOUT, "cloud-2 labeled", || async {
         api.get("cloud-2")
@@ -117,8 +139,8 @@ async fn pv_label_cloud_volumes_get_zone_and_region_labels() {
     let p2 = labels_of(&api.get("cloud-2").await.unwrap());
     assert_eq!(
         p2.get(LABEL_ZONE).map(String::as_str),
-        Some("mine"),
-        "existing label untouched"
+        Some("fake-region-1a"),
+        "as upstream, the cloud's zone replaces the PV's"
     );
     assert_eq!(
         p2.get(LABEL_ZONE_BETA).map(String::as_str),

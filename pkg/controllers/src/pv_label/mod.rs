@@ -2,9 +2,13 @@
 //! (GA `topology.kubernetes.io/*` and beta `failure-domain.beta.kubernetes.io/*` keys), as the provider's
 //! `PvLabeler` reports them, so that the `PersistentVolumeLabel` admission plugin can stay off.
 //!
-//! Labels a PV already has are never changed; volumes the provider does not recognize are left alone. A
-//! failed lookup or write emits a Warning event `FailedLabelVolume` and is retried with backoff. Each PV
-//! (by UID) is examined once per process after it was labeled or found foreign.
+//! As upstream's persistent-volume labelling: the cloud's zone and region replace the values a PV carries;
+//! a dynamically provisioned PV (`pv.kubernetes.io/provisioned-by`) that has both is trusted and the cloud is
+//! not asked; and the volume gets a `spec.nodeAffinity` requiring its zone and region, unless it has one
+//! already (the API server keeps it immutable once set; upstream set it at creation). Volumes the provider
+//! does not recognize are left alone. A failed lookup or write emits a Warning event `FailedLabelVolume` and
+//! is retried with backoff. Each PV (by UID) is examined once per process after it was labeled or found
+//! foreign.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
@@ -55,16 +59,68 @@ pub fn with_both_generations(labels: BTreeMap<String, String>) -> BTreeMap<Strin
     out
 }
 
-/// The labels to add to `pv`: the wanted ones whose keys the PV does not have yet.
-pub fn labels_to_add(
+/// The annotation a dynamic provisioner sets on the PersistentVolumes it creates.
+pub const ANNOTATION_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+
+/// The labels to write on `pv`: the wanted ones it lacks or has with another value. As upstream's
+/// persistent-volume labelling, the cloud's zone and region replace what the PV says (those keys belong to
+/// Kubernetes, not to the PV's author).
+pub fn labels_to_set(
     pv: &PersistentVolume,
     wanted: BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let existing = pv.metadata.labels.as_ref();
     wanted
         .into_iter()
-        .filter(|(k, _)| existing.is_none_or(|l| !l.contains_key(k)))
+        .filter(|(k, v)| existing.and_then(|l| l.get(k)) != Some(v))
         .collect()
+}
+
+/// The zone and region labels of a dynamically provisioned PV that has both (GA keys first, else beta):
+/// upstream trusts the provisioner and asks the cloud nothing.
+pub fn provisioned_labels(pv: &PersistentVolume) -> Option<BTreeMap<String, String>> {
+    let annotations = pv.metadata.annotations.as_ref()?;
+    annotations.get(ANNOTATION_PROVISIONED_BY)?;
+    let labels = pv.metadata.labels.as_ref()?;
+    [
+        (LABEL_ZONE, LABEL_REGION),
+        (LABEL_ZONE_BETA, LABEL_REGION_BETA),
+    ]
+    .into_iter()
+    .find_map(|(zone, region)| {
+        let (z, r) = (labels.get(zone)?, labels.get(region)?);
+        Some(BTreeMap::from([
+            (zone.to_string(), z.clone()),
+            (region.to_string(), r.clone()),
+        ]))
+    })
+}
+
+/// The `spec.nodeAffinity` that pins a volume to its zone and region, as upstream derives it from the
+/// labels (`In` the value; a multi-zone value `a__b` lists each zone, sorted). `None` when the PV already
+/// has a node affinity (the API server keeps it immutable once set) or no label constrains placement.
+pub fn node_affinity(pv: &PersistentVolume, labels: &BTreeMap<String, String>) -> Option<Value> {
+    if pv.spec.as_ref().is_some_and(|s| s.node_affinity.is_some()) {
+        return None;
+    }
+    let requirements: Vec<Value> = labels
+        .iter()
+        .filter(|(k, _)| {
+            [LABEL_ZONE, LABEL_ZONE_BETA, LABEL_REGION, LABEL_REGION_BETA].contains(&k.as_str())
+        })
+        .map(|(key, value)| {
+            let mut values: Vec<&str> = if key == LABEL_ZONE || key == LABEL_ZONE_BETA {
+                value.split("__").filter(|z| !z.is_empty()).collect()
+            } else {
+                vec![value.as_str()]
+            };
+            values.sort_unstable();
+            values.dedup();
+            json!({"key": key, "operator": "In", "values": values})
+        })
+        .collect();
+    (!requirements.is_empty())
+        .then(|| json!({"required": {"nodeSelectorTerms": [{"matchExpressions": requirements}]}}))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -234,25 +290,35 @@ impl Inner {
         if pv.metadata.deletion_timestamp.is_some() || self.is_finished(&pv) {
             return Ok(());
         }
-        let Some(labeler) = self.ctx.cloud.pv_labeler() else {
-            return Ok(());
+        let wanted = match provisioned_labels(&pv) {
+            Some(trusted) => trusted,
+            None => {
+                let Some(labeler) = self.ctx.cloud.pv_labeler() else {
+                    return Ok(());
+                };
+                let Some(wanted) = labeler.get_labels_for_volume(&pv).await? else {
+                    tracing::debug!(pv = %name, "not a volume of this cloud");
+                    self.mark_finished(&pv);
+                    return Ok(());
+                };
+                with_both_generations(wanted)
+            }
         };
-        let Some(wanted) = labeler.get_labels_for_volume(&pv).await? else {
-            tracing::debug!(pv = %name, "not a volume of this cloud");
-            self.mark_finished(&pv);
-            return Ok(());
-        };
-        let add = labels_to_add(&pv, with_both_generations(wanted));
-        if add.is_empty() {
+        let add = labels_to_set(&pv, wanted.clone());
+        let affinity = node_affinity(&pv, &wanted);
+        if add.is_empty() && affinity.is_none() {
             self.mark_finished(&pv);
             return Ok(());
         }
-        let patch = json!({
+        let mut patch = json!({
             "metadata": {
                 "resourceVersion": pv.metadata.resource_version,
                 "labels": add,
             }
         });
+        if let Some(affinity) = affinity {
+            patch["spec"] = json!({ "nodeAffinity": affinity });
+        }
         self.api
             .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
             .await?;
@@ -296,15 +362,59 @@ mod tests {
     }
 
     #[test]
-    fn existing_labels_are_untouched() {
+    fn the_clouds_values_replace_the_pvs() {
         let mut pv = PersistentVolume::default();
-        pv.metadata.labels = Some(map(&[(LABEL_ZONE, "mine"), ("app", "db")]));
-        let add = labels_to_add(
+        pv.metadata.labels = Some(map(&[(LABEL_ZONE, "mine"), (LABEL_REGION, "r1")]));
+        let set = labels_to_set(
             &pv,
-            map(&[(LABEL_ZONE, "z1"), (LABEL_ZONE_BETA, "z1"), ("app", "x")]),
+            map(&[
+                (LABEL_ZONE, "z1"),
+                (LABEL_ZONE_BETA, "z1"),
+                (LABEL_REGION, "r1"),
+            ]),
         );
-        assert_eq!(add, map(&[(LABEL_ZONE_BETA, "z1")]));
+        assert_eq!(set, map(&[(LABEL_ZONE, "z1"), (LABEL_ZONE_BETA, "z1")]));
         let bare = PersistentVolume::default();
-        assert_eq!(labels_to_add(&bare, map(&[(LABEL_ZONE, "z1")])).len(), 1);
+        assert_eq!(labels_to_set(&bare, map(&[(LABEL_ZONE, "z1")])).len(), 1);
+    }
+
+    #[test]
+    fn dynamically_provisioned_volumes_with_both_labels_are_trusted() {
+        let mut pv = PersistentVolume::default();
+        pv.metadata.labels = Some(map(&[(LABEL_ZONE_BETA, "z"), (LABEL_REGION_BETA, "r")]));
+        assert_eq!(provisioned_labels(&pv), None, "not provisioned");
+        pv.metadata.annotations = Some(map(&[(ANNOTATION_PROVISIONED_BY, "ebs.csi.aws.com")]));
+        assert_eq!(
+            provisioned_labels(&pv),
+            Some(map(&[(LABEL_ZONE_BETA, "z"), (LABEL_REGION_BETA, "r")]))
+        );
+        pv.metadata.labels = Some(map(&[(LABEL_ZONE, "z")]));
+        assert_eq!(provisioned_labels(&pv), None, "a region is missing");
+    }
+
+    #[test]
+    fn node_affinity_requires_zone_and_region() {
+        let pv = PersistentVolume::default();
+        let labels = map(&[(LABEL_ZONE, "b__a"), (LABEL_REGION, "r1"), ("app", "x")]);
+        assert_eq!(
+            node_affinity(&pv, &labels),
+            Some(
+                json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": LABEL_REGION, "operator": "In", "values": ["r1"]},
+                    {"key": LABEL_ZONE, "operator": "In", "values": ["a", "b"]},
+                ]}]}})
+            )
+        );
+        let mut pinned = PersistentVolume::default();
+        pinned.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
+            node_affinity: Some(Default::default()),
+            ..Default::default()
+        });
+        assert_eq!(
+            node_affinity(&pinned, &labels),
+            None,
+            "an affinity set stays"
+        );
+        assert_eq!(node_affinity(&pv, &map(&[("app", "x")])), None);
     }
 }
