@@ -19,6 +19,7 @@ use serde_json::json;
 use service_harness::{
     Env, has_lb_finalizer, ingress_ips, lb_service, ready_node, test_config, wait_until,
 };
+use test_apiserver::FaultRule;
 
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -763,6 +764,54 @@ async fn service_events_are_upstreams_reasons_messages_and_source() {
             event("Normal", "DeletingLoadBalancer", "Deleting load balancer"),
             event("Normal", "DeletedLoadBalancer", "Deleted load balancer"),
         ]
+    );
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_address_write_does_not_hold_up_initialization() {
+    let fake = FakeConfig {
+        instances: vec![InstanceConfig {
+            addresses: vec![AddressConfig {
+                type_: "InternalIP".into(),
+                address: "10.0.0.31".into(),
+            }],
+            ..InstanceConfig::named("late")
+        }],
+        ..FakeConfig::default()
+    };
+    let mut env = Env::new(fake).await;
+    // The kubelet reported another address, so initialization wants to write the cloud's.
+    let mut late = ready_node("late", "192.168.0.31");
+    late.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    env.create_node(&late).await;
+    env.controls.fail(
+        FaultRule::new(422)
+            .verb("patch")
+            .resource("nodes")
+            .subresource("status"),
+    );
+    env.run_controllers(test_config(), &[ControllerName::CloudNode]);
+    wait_until(
+        WAIT,
+        "late initialized despite the refused address write",
+        || async {
+            let node = node(&env, "late").await;
+            taints(&node).is_empty() && node.spec.and_then(|s| s.provider_id).is_some()
+        },
+    )
+    .await;
+    assert!(
+        env.request_count("patch", "nodes", "status") >= 1,
+        "the address write was tried"
     );
     env.stop().await.unwrap();
 }

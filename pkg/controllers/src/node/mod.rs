@@ -430,12 +430,25 @@ impl Inner {
                 "metadata": { "resourceVersion": resource_version },
                 "status": { "addresses": addresses },
             });
-            let updated = self
+            match self
                 .api
                 .patch_status(name, &identity::patch_params(), &Patch::Merge(&patch))
-                .await?;
-            resource_version = updated.metadata.resource_version.clone();
-            written.push(resource_version.clone());
+                .await
+            {
+                Ok(updated) => {
+                    resource_version = updated.metadata.resource_version.clone();
+                    written.push(resource_version.clone());
+                }
+                // A conflict means a newer node: the caller reads it again and starts over.
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    return Err(kube::Error::Api(status).into());
+                }
+                // As upstream, addresses never hold up initialization: the periodic sync retries them.
+                Err(error) => {
+                    tracing::warn!(node = %name, %error,
+                        "could not write the cloud's addresses; initializing the node anyway");
+                }
+            }
         }
         let patch = initialization_patch(node, resource_version.as_deref(), metadata);
         self.api
