@@ -120,7 +120,11 @@ func runUp(args []string) error {
 	if pid, alive := runningPID(l); alive {
 		return fmt.Errorf("a cluster already runs in %s (pid %d); stop it with: realkube down --dir %s", l.dir, pid, l.dir)
 	}
-	// Every run starts from an empty directory: new PKI, new etcd data, new logs.
+	// Every run starts from an empty directory: new PKI, new etcd data, new logs. Only a directory an earlier
+	// run made (or an empty one) is ever emptied.
+	if err := ensureOwnDirectory(l); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(l.dir); err != nil {
 		return err
 	}
@@ -172,6 +176,21 @@ func runUp(args []string) error {
 			}
 		}
 	}
+}
+
+// ensureOwnDirectory refuses a directory that exists, is not empty and holds no realkube log.
+func ensureOwnDirectory(l layout) error {
+	entries, err := os.ReadDir(l.dir)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(l.logFile("realkube")); err != nil {
+		return fmt.Errorf("%s is not empty and was not made by realkube; choose another --dir", l.dir)
+	}
+	return nil
 }
 
 // runDown stops the supervisor of a directory, which stops its components.

@@ -212,14 +212,37 @@ async fn service_target_port_change_needs_update() {
     env.stop().await.unwrap();
 }
 
-/// The fake cloud, except that the load balancer of the Service named `far` asks to be retried after
-/// `u64::MAX` seconds, and that of the Service named `boom` panics.
-struct TrickyBalancer {
+/// The fake cloud with quirks: the load balancer of the Service named `far` asks to be retried after
+/// `u64::MAX` seconds, that of the Service named `boom` panics, and instance metadata passes through `alter`.
+struct Quirky {
     fake: Arc<FakeCloud>,
+    alter: fn(InstanceMetadata) -> InstanceMetadata,
+}
+
+impl Quirky {
+    fn new(fake: Arc<FakeCloud>) -> Self {
+        Quirky { fake, alter: |m| m }
+    }
+
+    fn altering(fake: Arc<FakeCloud>, alter: fn(InstanceMetadata) -> InstanceMetadata) -> Self {
+        Quirky { fake, alter }
+    }
+
+    fn lb(&self) -> &dyn LoadBalancer {
+        self.fake
+            .load_balancer()
+            .expect("the fake cloud has load balancers")
+    }
+
+    fn v2(&self) -> &dyn InstancesV2 {
+        self.fake
+            .instances_v2()
+            .expect("the fake cloud has InstancesV2")
+    }
 }
 
 #[async_trait::async_trait]
-impl CloudProvider for TrickyBalancer {
+impl CloudProvider for Quirky {
     fn provider_name(&self) -> &str {
         "fake"
     }
@@ -231,10 +254,14 @@ impl CloudProvider for TrickyBalancer {
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
         Some(self)
     }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
 }
 
 #[async_trait::async_trait]
-impl LoadBalancer for TrickyBalancer {
+impl LoadBalancer for Quirky {
     async fn get_load_balancer(
         &self,
         cluster: &str,
@@ -286,21 +313,11 @@ impl LoadBalancer for TrickyBalancer {
     }
 }
 
-impl TrickyBalancer {
-    fn lb(&self) -> &dyn LoadBalancer {
-        self.fake
-            .load_balancer()
-            .expect("the fake cloud has load balancers")
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
     let mut env = Env::new(FakeConfig::default()).await;
     env.create_node(&ready_node("n1", "10.0.0.1")).await;
-    let cloud = Arc::new(TrickyBalancer {
-        fake: env.cloud.clone(),
-    });
+    let cloud = Arc::new(Quirky::new(env.cloud.clone()));
     env.run_controllers_with(cloud, test_config(), &[ControllerName::ServiceLb]);
     env.create_service(&lb_service("default", "far")).await;
     wait_until(
@@ -328,29 +345,8 @@ async fn a_retry_delay_of_any_size_is_honoured_without_overflow() {
     env.stop().await.unwrap();
 }
 
-/// The fake cloud's instances, with their metadata changed by `alter`.
-struct AlteredMetadata {
-    fake: Arc<FakeCloud>,
-    alter: fn(InstanceMetadata) -> InstanceMetadata,
-}
-
 #[async_trait::async_trait]
-impl CloudProvider for AlteredMetadata {
-    fn provider_name(&self) -> &str {
-        "fake"
-    }
-
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
-
-    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
-        Some(self)
-    }
-}
-
-#[async_trait::async_trait]
-impl InstancesV2 for AlteredMetadata {
+impl InstancesV2 for Quirky {
     async fn instance_exists(&self, node: &Node) -> cloud_provider::Result<bool> {
         self.v2().instance_exists(node).await
     }
@@ -365,14 +361,6 @@ impl InstancesV2 for AlteredMetadata {
     ) -> cloud_provider::Result<Option<InstanceMetadata>> {
         let metadata = self.v2().instance_metadata(node).await?;
         Ok(metadata.map(self.alter))
-    }
-}
-
-impl AlteredMetadata {
-    fn v2(&self) -> &dyn InstancesV2 {
-        self.fake
-            .instances_v2()
-            .expect("the fake cloud has InstancesV2")
     }
 }
 
@@ -402,13 +390,10 @@ async fn node_without_a_provider_id_stays_uninitialized() {
     let mut kubelet_set = ready_node("kubelet-set", "10.0.0.9");
     kubelet_set.spec.as_mut().unwrap().taints = Some(vec![uninitialized]);
     env.create_node(&kubelet_set).await;
-    let cloud = Arc::new(AlteredMetadata {
-        fake: env.cloud.clone(),
-        alter: |m| InstanceMetadata {
-            provider_id: String::new(),
-            ..m
-        },
-    });
+    let cloud = Arc::new(Quirky::altering(env.cloud.clone(), |m| InstanceMetadata {
+        provider_id: String::new(),
+        ..m
+    }));
     env.run_controllers_with(cloud, test_config(), &[ControllerName::CloudNode]);
 
     wait_until(WAIT, "kubelet-set initialized", || async {
@@ -474,9 +459,7 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
 async fn a_panicking_sync_is_reported_and_the_worker_goes_on() {
     let mut env = Env::new(FakeConfig::default()).await;
     env.create_node(&ready_node("n1", "10.0.0.1")).await;
-    let cloud = Arc::new(TrickyBalancer {
-        fake: env.cloud.clone(),
-    });
+    let cloud = Arc::new(Quirky::new(env.cloud.clone()));
     env.run_controllers_with(cloud, test_config(), &[ControllerName::ServiceLb]);
     env.create_service(&lb_service("default", "boom")).await;
     let panics = || {
@@ -536,13 +519,10 @@ async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
     });
     env.create_node(&pinned).await;
     // The cloud knows the instance but reports no address: the provided IP cannot be confirmed.
-    let cloud = Arc::new(AlteredMetadata {
-        fake: env.cloud.clone(),
-        alter: |m| InstanceMetadata {
-            node_addresses: Vec::new(),
-            ..m
-        },
-    });
+    let cloud = Arc::new(Quirky::altering(env.cloud.clone(), |m| InstanceMetadata {
+        node_addresses: Vec::new(),
+        ..m
+    }));
     env.run_controllers_with(cloud, test_config(), &[ControllerName::CloudNode]);
     wait_until(WAIT, "a metadata lookup and its retry", || async {
         env.fake.call_count("instance_metadata") + env.fake.call_count("instance_metadata_bulk")

@@ -215,8 +215,7 @@ impl LocalCluster {
             ..AccessRule::default()
         });
 
-        let token_kubeconfig = kubeconfig_with_token(server.kubeconfig_yaml(), CCM_TOKEN)?;
-        Self::start_with(options, LocalApi::InProcess(server), Some(token_kubeconfig))
+        Self::start_with(options, LocalApi::InProcess(server))
     }
 
     /// Starts the replicas against an external cluster, authenticating with `ccm_kubeconfig`.
@@ -231,16 +230,12 @@ impl LocalCluster {
             audit_log,
             metrics_token,
         };
-        Self::start_with(options, api, None)
+        Self::start_with(options, api)
     }
 
     /// Writes the cloud-config (and, for the in-process server, the CCM's kubeconfig) and starts the
     /// replicas.
-    fn start_with(
-        options: LocalOptions,
-        api: LocalApi,
-        token_kubeconfig: Option<String>,
-    ) -> Result<LocalCluster, HarnessError> {
+    fn start_with(options: LocalOptions, api: LocalApi) -> Result<LocalCluster, HarnessError> {
         let binary = locate_binary()?;
         let mut dir = tempfile::Builder::new()
             .prefix("ccm-e2e-")
@@ -256,17 +251,15 @@ impl LocalCluster {
                 source: e,
             })
         };
-        let ccm_kubeconfig = match (&api, token_kubeconfig) {
-            (LocalApi::External { ccm_kubeconfig, .. }, _) => ccm_kubeconfig.clone(),
-            (LocalApi::InProcess(_), Some(text)) => {
+        let ccm_kubeconfig = match &api {
+            LocalApi::External { ccm_kubeconfig, .. } => ccm_kubeconfig.clone(),
+            LocalApi::InProcess(server) => {
                 let path = dir.path().join("ccm.kubeconfig");
-                write(&path, &text)?;
+                write(
+                    &path,
+                    &kubeconfig_with_token(server.kubeconfig_yaml(), CCM_TOKEN)?,
+                )?;
                 path
-            }
-            (LocalApi::InProcess(_), None) => {
-                return Err(HarnessError::Config(
-                    "the in-process API server needs the CCM's kubeconfig".into(),
-                ));
             }
         };
 

@@ -405,11 +405,13 @@ mod tests {
                 ]}]}})
             )
         );
-        let mut pinned = PersistentVolume::default();
-        pinned.spec = Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
-            node_affinity: Some(Default::default()),
+        let pinned = PersistentVolume {
+            spec: Some(k8s_openapi::api::core::v1::PersistentVolumeSpec {
+                node_affinity: Some(Default::default()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(
             node_affinity(&pinned, &labels),
             None,
