@@ -89,6 +89,11 @@ pub struct FakeConfig {
     /// Whether a node without an explicit instance is a running instance `fake://<node-name>` (default true).
     #[serde(default = "default_true")]
     pub auto_discover: bool,
+    /// Whether auto-discovered instances also report an `ExternalIP` (in `198.18.0.0/15`, the last two
+    /// octets of their `InternalIP`) besides the kubelet's addresses, so that initialization has addresses
+    /// to write (default false: they report exactly the kubelet's).
+    #[serde(rename = "discoveredExternalIPs", default)]
+    pub discovered_external_ips: bool,
     /// Explicit instances.
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,
@@ -239,6 +244,7 @@ impl Default for FakeConfig {
             instance_types: default_instance_types(),
             default_instance_type: None,
             auto_discover: true,
+            discovered_external_ips: false,
             instances: Vec::new(),
             load_balancer_cidr: default_lb_cidr(),
             cluster_id: None,

@@ -350,7 +350,7 @@ impl State {
             instance_type: cfg.default_instance_type().to_string(),
             zone: Self::auto_zone(cfg, name),
             running: true,
-            addresses: addresses.to_vec(),
+            addresses: discovered_addresses(cfg, addresses),
             labels: BTreeMap::new(),
             auto: true,
         };
@@ -392,9 +392,11 @@ impl State {
         if let Some(inst) = id.as_ref().and_then(|id| self.instances.get_mut(id))
             && inst.auto
             && !addresses.is_empty()
-            && inst.addresses != addresses
         {
-            inst.addresses = addresses.to_vec();
+            let reported = discovered_addresses(cfg, addresses);
+            if inst.addresses != reported {
+                inst.addresses = reported;
+            }
         }
         Ok(id)
     }
@@ -883,4 +885,22 @@ impl State {
             .map(|i| Self::record(cfg, i))
             .collect()
     }
+}
+
+/// The addresses an auto-discovered instance reports: the kubelet's and, with `discoveredExternalIPs`, an
+/// `ExternalIP` `198.18.<c>.<d>` for an IPv4 `InternalIP` `a.b.c.d` when the kubelet reports no ExternalIP.
+fn discovered_addresses(cfg: &FakeConfig, kubelet: &[NodeAddress]) -> Vec<NodeAddress> {
+    let mut addresses = kubelet.to_vec();
+    if !cfg.discovered_external_ips || kubelet.iter().any(|a| a.type_ == "ExternalIP") {
+        return addresses;
+    }
+    let internal = kubelet
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| a.address.parse::<std::net::Ipv4Addr>().ok());
+    if let Some(ip) = internal {
+        let [_, _, c, d] = ip.octets();
+        addresses.push(node_address("ExternalIP", &format!("198.18.{c}.{d}")));
+    }
+    addresses
 }

@@ -77,6 +77,9 @@ pub struct Scenario {
     pub lb_nodes: usize,
     /// LoadBalancers: Services created per second (0: all at once).
     pub create_rate: f64,
+    /// NodeInit: the fake cloud reports an ExternalIP besides the kubelet's addresses, so initialization
+    /// writes the node's addresses too.
+    pub cloud_adds_addresses: bool,
 }
 
 impl Scenario {
@@ -101,12 +104,19 @@ impl Scenario {
             terminated_percent: 5,
             lb_nodes: 100,
             create_rate: 0.0,
+            cloud_adds_addresses: false,
         };
         Some(match id {
             "a" => base,
             "b" => fast(Scenario {
                 id: "b",
                 objects: 5000,
+                ..base
+            }),
+            "b-addr" => fast(Scenario {
+                id: "b-addr",
+                objects: 5000,
+                cloud_adds_addresses: true,
                 ..base
             }),
             "c" => fast(Scenario {
@@ -133,12 +143,15 @@ impl Scenario {
     }
 
     /// Every preset id, in run order.
-    pub const ALL: [&'static str; 5] = ["a", "b", "c", "d", "d-paced"];
+    pub const ALL: [&'static str; 6] = ["a", "b", "b-addr", "c", "d", "d-paced"];
 
     /// What the scenario does, in a few words.
     pub fn title(&self) -> String {
         let n = thousands(self.objects);
         match self.kind {
+            Kind::NodeInit if self.cloud_adds_addresses => format!(
+                "initialize {n} tainted nodes created at once, the cloud adding an ExternalIP"
+            ),
             Kind::NodeInit => format!("initialize {n} tainted nodes created at once"),
             Kind::Lifecycle => format!(
                 "one lifecycle pass over {n} NotReady nodes ({}% stopped, {}% terminated)",
@@ -429,7 +442,12 @@ async fn run_on(
     let cloud_config = dir.join("cloud-config.yaml");
     std::fs::write(
         &cloud_config,
-        workload::cloud_config(settings.latency_ms, admin_port, &explicit),
+        workload::cloud_config(
+            settings.latency_ms,
+            admin_port,
+            &explicit,
+            scenario.cloud_adds_addresses,
+        ),
     )
     .context("cannot write the cloud config")?;
     let mut flags = scenario.daemon_flags();
@@ -802,6 +820,9 @@ mod tests {
             (Kind::LoadBalancers, 2000, 10)
         );
         assert!(Scenario::preset("d-paced").unwrap().create_rate > 0.0);
+        let b_addr = Scenario::preset("b-addr").unwrap();
+        assert!(b_addr.cloud_adds_addresses && !b.cloud_adds_addresses);
+        assert_eq!((b_addr.objects, b_addr.qps), (5000, 500.0));
         assert!(Scenario::preset("z").is_none());
         assert!(
             Scenario::ALL

@@ -168,8 +168,14 @@ pub struct ExplicitInstances {
 
 /// The fake cloud's `--cloud-config`: one region and zone, one instance type, every call delayed by
 /// `latency_ms`, the admin API on `admin_port`, and the explicit instances (every other Node is an
-/// auto-discovered running instance).
-pub fn cloud_config(latency_ms: u64, admin_port: u16, explicit: &ExplicitInstances) -> String {
+/// auto-discovered running instance, reporting an ExternalIP besides the kubelet's addresses when
+/// `external_ips`).
+pub fn cloud_config(
+    latency_ms: u64,
+    admin_port: u16,
+    explicit: &ExplicitInstances,
+    external_ips: bool,
+) -> String {
     let mut yaml = format!(
         "clusterID: bench\n\
          clusterName: kubernetes\n\
@@ -178,6 +184,7 @@ pub fn cloud_config(latency_ms: u64, admin_port: u16, explicit: &ExplicitInstanc
          instanceTypes: [{INSTANCE_TYPE}]\n\
          loadBalancerCIDR: 100.64.0.0/16\n\
          adminAddress: 127.0.0.1:{admin_port}\n\
+         discoveredExternalIPs: {external_ips}\n\
          faults:\n  \"*\": {{latencyMs: {latency_ms}}}\n"
     );
     if !explicit.stopped.is_empty() || !explicit.terminated.is_empty() {
@@ -255,12 +262,13 @@ mod tests {
             stopped: vec!["a".into()],
             terminated: vec!["b".into(), "c".into()],
         };
-        let yaml = cloud_config(20, 4242, &explicit);
+        let yaml = cloud_config(20, 4242, &explicit, false);
         assert!(yaml.contains("\"*\": {latencyMs: 20}"));
         assert!(yaml.contains("adminAddress: 127.0.0.1:4242"));
         assert!(yaml.contains("  - {name: a, state: stopped}\n"));
         assert!(yaml.contains("  - {name: c, state: terminated}\n"));
-        let plain = cloud_config(5, 1, &ExplicitInstances::default());
+        let plain = cloud_config(5, 1, &ExplicitInstances::default(), true);
+        assert!(plain.contains("discoveredExternalIPs: true"));
         assert!(!plain.contains("instances:"));
     }
 
@@ -270,8 +278,9 @@ mod tests {
             stopped: vec![node_name(0)],
             terminated: vec![node_name(1)],
         };
-        let cloud = provider_fake::FakeCloud::from_yaml(cloud_config(20, 0, &explicit).as_bytes())
-            .expect("valid fake cloud config");
+        let cloud =
+            provider_fake::FakeCloud::from_yaml(cloud_config(20, 0, &explicit, true).as_bytes())
+                .expect("valid fake cloud config");
         let live = cloud.handle().instances();
         assert_eq!(live.len(), 1, "the terminated instance is only a tombstone");
         assert_eq!(live[0].name, node_name(0));

@@ -62,6 +62,45 @@ async fn auto_discovery_is_deterministic_and_uses_kubelet_addresses() {
 }
 
 #[tokio::test]
+async fn discovered_instances_can_report_an_external_ip() {
+    let c = cloud("discoveredExternalIPs: true\n");
+    let n = node_with(
+        "ext-1",
+        None,
+        &[("InternalIP", "10.1.2.3"), ("Hostname", "ext-1")],
+    );
+    let md = c.instance_metadata(&n).await.unwrap().unwrap();
+    let reported: Vec<(&str, &str)> = md
+        .node_addresses
+        .iter()
+        .map(|a| (a.type_.as_str(), a.address.as_str()))
+        .collect();
+    assert_eq!(
+        reported,
+        [
+            ("InternalIP", "10.1.2.3"),
+            ("Hostname", "ext-1"),
+            ("ExternalIP", "198.18.2.3")
+        ]
+    );
+    // Once the node shows it, the same list comes back (no second ExternalIP).
+    let written = node_with(
+        "ext-1",
+        None,
+        &[
+            ("InternalIP", "10.1.2.3"),
+            ("Hostname", "ext-1"),
+            ("ExternalIP", "198.18.2.3"),
+        ],
+    );
+    let again = c.instance_metadata(&written).await.unwrap().unwrap();
+    assert_eq!(again.node_addresses, md.node_addresses);
+    // Off by default: exactly the kubelet's addresses.
+    let plain = cloud("{}\n").instance_metadata(&n).await.unwrap().unwrap();
+    assert_eq!(plain.node_addresses.len(), 2);
+}
+
+#[tokio::test]
 async fn terminated_instances_stay_gone_with_auto_discovery() {
     let c = cloud("");
     let n = node("worker");
