@@ -8,7 +8,8 @@
 //! already (the API server keeps it immutable once set; upstream set it at creation). Volumes the provider
 //! does not recognize are left alone. A failed lookup or write emits a Warning event `FailedLabelVolume` and
 //! is retried with backoff. Each PV (by UID) is examined once per process after it was labeled or found
-//! foreign.
+//! foreign. The write is a PUT of the volume as read just before (`get`, `update`: the verbs upstream's
+//! published role grants on persistentvolumes), guarded by its resourceVersion.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use cloud_provider::{CloudError, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
-use kube::api::{Api, Patch};
+use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -304,23 +305,27 @@ impl Inner {
                 with_both_generations(wanted)
             }
         };
-        let add = labels_to_set(&pv, wanted.clone());
-        let affinity = node_affinity(&pv, &wanted);
-        if add.is_empty() && affinity.is_none() {
+        if labels_to_set(&pv, wanted.clone()).is_empty() && node_affinity(&pv, &wanted).is_none() {
             self.mark_finished(&pv);
             return Ok(());
         }
-        let mut patch = json!({
-            "metadata": {
-                "resourceVersion": pv.metadata.resource_version,
-                "labels": add,
-            }
-        });
+        // The volume as the API server has it now, written back whole: upstream's published role grants
+        // `update` (not `patch`) on persistentvolumes, so a cluster that reuses it keeps working. The
+        // resourceVersion guards the write; a conflict is retried with backoff.
+        let mut current = self.api.get(name).await?;
+        let add = labels_to_set(&current, wanted.clone());
+        let affinity = node_affinity(&current, &wanted);
+        current
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .extend(add.clone());
         if let Some(affinity) = affinity {
-            patch["spec"] = json!({ "nodeAffinity": affinity });
+            let spec = current.spec.get_or_insert_with(Default::default);
+            spec.node_affinity = serde_json::from_value(affinity).ok();
         }
         self.api
-            .patch(name, &identity::patch_params(), &Patch::Merge(&patch))
+            .replace(name, &identity::post_params(), &current)
             .await?;
         tracing::info!(pv = %name, labels = ?add, "labeled volume");
         self.mark_finished(&pv);
