@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The suites that run against a real Kubernetes control plane (hack/realkube): the API server's conformance
 # suite (test/apiserver/tests/conformance.rs, unchanged) and the end-to-end suite (test/e2e) with the CCM
-# running as the ServiceAccount of deploy/rbac.yaml under the shipped RBAC, leader failover included.
+# running as the ServiceAccount of deploy/rbac.yaml under the shipped RBAC, leader failover included; then
+# the end-to-end suite again under the RBAC upstream publishes for its CCM (test/e2e/upstream-rbac.yaml).
 #
 #   hack/realkube/test.sh          build (cached), start, test, stop
 #
@@ -45,4 +46,22 @@ echo "--- realkube: the end-to-end suite (the CCM as the deploy/ ServiceAccount)
 E2E_KUBECONFIG="$dir/admin.kubeconfig" \
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
+  "$cargo" test --workspace $features --locked --test e2e -- --nocapture
+
+# A cluster that keeps the RBAC of the upstream CCM it ran before must keep working. That role has no
+# system:auth-delegator binding, so /metrics (read by the suite to find the leader) is served without
+# delegated authentication here, as an operator of such a cluster would have to.
+"$realkube" down --dir "$dir"
+"$realkube" up --dir "$dir" \
+  --manifest test/e2e/upstream-rbac.yaml \
+  --service-account kube-system/cloud-controller-manager
+
+echo "--- realkube: the end-to-end suite under upstream's published CCM role"
+# shellcheck disable=SC2086
+E2E_KUBECONFIG="$dir/admin.kubeconfig" \
+E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
+E2E_AUDIT_LOG="$dir/audit.log" \
+E2E_RBAC_MANIFEST="$root/test/e2e/upstream-rbac.yaml" \
+E2E_RBAC_EXACT=false \
+E2E_CCM_ARGS="--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics" \
   "$cargo" test --workspace $features --locked --test e2e -- --nocapture

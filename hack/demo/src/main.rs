@@ -152,6 +152,9 @@ async fn run() -> anyhow::Result<bool> {
         ccm_namespace: "kube-system".into(),
         ccm_kubeconfig: real("DEMO_CCM_KUBECONFIG"),
         audit_log: None,
+        rbac_manifest: None,
+        rbac_exact: true,
+        ccm_args: Vec::new(),
     };
     if let Some(path) = &config.kubeconfig {
         println!(

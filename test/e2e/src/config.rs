@@ -8,6 +8,9 @@
 //! | `E2E_CCM_NAMESPACE` | namespace of the CCM's Lease and pods (default `kube-system`)                    |
 //! | `E2E_CCM_KUBECONFIG`| with `E2E_KUBECONFIG`: the harness runs the CCM replicas itself, as separate processes authenticating with this kubeconfig (e.g. `hack/realkube`'s ServiceAccount of `deploy/rbac.yaml`) |
 //! | `E2E_AUDIT_LOG`     | the target API server's audit log (JSON lines), for the RBAC and client-identity checks |
+//! | `E2E_RBAC_MANIFEST` | the RBAC manifest the CCM's ServiceAccount is bound by (default `deploy/rbac.yaml`) |
+//! | `E2E_RBAC_EXACT`    | `false`: that manifest may grant more than the CCM uses (someone else's role); default `true` |
+//! | `E2E_CCM_ARGS`      | extra flags for the CCM replicas the harness runs, separated by spaces |
 //!
 //! Without `E2E_KUBECONFIG` the mode defaults to `simulated` (an empty API server has no nodes); with it,
 //! to `existing`, unless the harness runs the CCM itself (`E2E_CCM_KUBECONFIG`): then `simulated`.
@@ -63,6 +66,12 @@ pub struct HarnessConfig {
     pub ccm_kubeconfig: Option<PathBuf>,
     /// The target API server's audit log.
     pub audit_log: Option<PathBuf>,
+    /// The RBAC manifest the CCM's ServiceAccount is bound by; `None`: `deploy/rbac.yaml`.
+    pub rbac_manifest: Option<PathBuf>,
+    /// Whether that manifest must grant exactly what the CCM uses (false: at least).
+    pub rbac_exact: bool,
+    /// Extra flags for the CCM replicas the harness runs.
+    pub ccm_args: Vec<String>,
 }
 
 impl HarnessConfig {
@@ -123,6 +132,19 @@ impl HarnessConfig {
             ccm_namespace: get("E2E_CCM_NAMESPACE").unwrap_or_else(|| "kube-system".to_string()),
             ccm_kubeconfig,
             audit_log: get("E2E_AUDIT_LOG").map(PathBuf::from),
+            rbac_manifest: get("E2E_RBAC_MANIFEST").map(PathBuf::from),
+            rbac_exact: match get("E2E_RBAC_EXACT").as_deref().map(str::trim) {
+                None | Some("true") => true,
+                Some("false") => false,
+                Some(other) => {
+                    return Err(HarnessError::Config(format!(
+                        "E2E_RBAC_EXACT={other:?}: use true or false"
+                    )));
+                }
+            },
+            ccm_args: get("E2E_CCM_ARGS")
+                .map(|v| v.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
         })
     }
 
@@ -218,5 +240,20 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.to_string().contains("exclude each other"), "{err}");
+    }
+
+    #[test]
+    fn rbac_manifest_exactness_and_extra_ccm_flags() {
+        let c = config(&[]).unwrap();
+        assert!(c.rbac_exact && c.rbac_manifest.is_none() && c.ccm_args.is_empty());
+        let c = config(&[
+            ("E2E_RBAC_MANIFEST", "/upstream.yaml"),
+            ("E2E_RBAC_EXACT", "false"),
+            ("E2E_CCM_ARGS", " --a=1  --b "),
+        ])
+        .unwrap();
+        assert!(!c.rbac_exact);
+        assert_eq!(c.ccm_args, ["--a=1", "--b"]);
+        assert!(config(&[("E2E_RBAC_EXACT", "maybe")]).is_err());
     }
 }
