@@ -17,8 +17,8 @@ use cloud_provider::{CloudProvider, Registry, RegistryError};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits, build_client,
-    build_client_sharing, events_limits, load_config,
+    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits,
+    SharedConnections, build_client, events_limits, load_config,
 };
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
 use crate::service_accounts::{
@@ -342,34 +342,30 @@ fn lost(renewed: Result<(LeaderElector, RenewOutcome), tokio::task::JoinError>) 
     }
 }
 
-/// The controllers' API clients: the shared watches' client (`shared-informers`), one client per controller
-/// sharing the controllers' token bucket, and one event client per controller sharing the events' bucket,
-/// each named like upstream's client of that controller. Returns the shared client, the fallback event
-/// client and `base` with the per-controller clients added.
+/// The controllers' API clients, all over one connection pool ([`SharedConnections`]): the shared watches'
+/// client (`shared-informers`), one client per controller sharing the controllers' token bucket, and one
+/// event client per controller sharing the events' bucket, each named like upstream's client of that
+/// controller. Returns the shared client, the fallback event client and `base` with the per-controller
+/// clients added.
 fn controller_clients(
     kube_config: &kube::Config,
     limits: RateLimits,
     base: &ControllerConfig,
 ) -> Result<(kube::Client, kube::Client, Arc<ControllerConfig>), AppError> {
+    let connections = SharedConnections::new(kube_config.clone())?;
     let controllers = RateLimitLayer::new(limits);
     let events = RateLimitLayer::new(events_limits(limits));
-    let shared = build_client_sharing(
-        kube_config.clone(),
-        &controllers,
-        identity::SHARED_INFORMERS_CLIENT,
-    )?;
-    let event_client = build_client_sharing(kube_config.clone(), &events, identity::DAEMON_CLIENT)?;
+    let shared = connections.client(&controllers, identity::SHARED_INFORMERS_CLIENT);
+    let event_client = connections.client(&events, identity::DAEMON_CLIENT);
     let mut config = base.clone();
     for controller in ControllerName::ALL {
         let name = controller.client_name();
-        config.controller_clients.insert(
-            controller,
-            build_client_sharing(kube_config.clone(), &controllers, name)?,
-        );
-        config.event_clients.insert(
-            controller,
-            build_client_sharing(kube_config.clone(), &events, name)?,
-        );
+        config
+            .controller_clients
+            .insert(controller, connections.client(&controllers, name));
+        config
+            .event_clients
+            .insert(controller, connections.client(&events, name));
     }
     Ok((shared, event_client, Arc::new(config)))
 }

@@ -18,6 +18,7 @@
 //! ([`with_user_agent`], `cloud_controllers::identity`): the controllers' clients (one per controller,
 //! sharing the controllers' bucket) and their event clients (sharing the events' bucket) by upstream's client
 //! name of the controller, the shared watches as `shared-informers`, leader election as `leader-election`.
+//! The controllers' and event clients share one connection pool ([`SharedConnections`]).
 
 use std::future::Future;
 use std::path::Path;
@@ -157,19 +158,73 @@ pub fn build_client(
     limits: RateLimits,
     client_name: &str,
 ) -> Result<kube::Client, ClientError> {
-    build_client_sharing(config, &RateLimitLayer::new(limits), client_name)
-}
-
-/// Builds a client named `client_name` from `config` whose requests pass through `limiter`'s token bucket
-/// (shared with every other client built with a clone of it).
-pub fn build_client_sharing(
-    config: kube::Config,
-    limiter: &RateLimitLayer,
-    client_name: &str,
-) -> Result<kube::Client, ClientError> {
     let builder = ClientBuilder::try_from(with_user_agent(config, client_name))
         .map_err(ClientError::Build)?;
-    Ok(builder.with_layer(limiter).build())
+    Ok(builder.with_layer(&RateLimitLayer::new(limits)).build())
+}
+
+/// One connection pool for many named clients: each client sends through the same base client (its TLS
+/// configuration, credentials and connections) with its own `User-Agent` and the token bucket of the
+/// [`RateLimitLayer`] it is given. Naming every controller's client like upstream's then costs no
+/// connection of its own.
+#[derive(Clone)]
+pub struct SharedConnections {
+    base: kube::Client,
+    namespace: String,
+}
+
+impl std::fmt::Debug for SharedConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedConnections")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedConnections {
+    /// The base client for `config` (its own `User-Agent` header, if any, is replaced per client).
+    pub fn new(config: kube::Config) -> Result<Self, ClientError> {
+        let namespace = config.default_namespace.clone();
+        let base = ClientBuilder::try_from(config)
+            .map_err(ClientError::Build)?
+            .build();
+        Ok(SharedConnections { base, namespace })
+    }
+
+    /// A client named `client_name` whose requests pass through `limiter`. Must be called inside a Tokio
+    /// runtime (kube's client spawns its request buffer).
+    pub fn client(&self, limiter: &RateLimitLayer, client_name: &str) -> kube::Client {
+        let named = SendThrough {
+            base: self.base.clone(),
+            user_agent: HeaderValue::from_str(&identity::user_agent(client_name)).ok(),
+        };
+        kube::Client::new(limiter.layer(named), self.namespace.clone())
+    }
+}
+
+/// Sends a request through a base client with a `User-Agent` of its own.
+#[derive(Clone)]
+struct SendThrough {
+    base: kube::Client,
+    user_agent: Option<HeaderValue>,
+}
+
+impl Service<http::Request<kube::client::Body>> for SendThrough {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<kube::client::Body>) -> Self::Future {
+        if let Some(agent) = &self.user_agent {
+            request.headers_mut().insert(USER_AGENT, agent.clone());
+        }
+        let base = self.base.clone();
+        Box::pin(async move { base.send(request).await })
+    }
 }
 
 /// A token bucket shared by every clone of a [`RateLimitLayer`].

@@ -183,7 +183,10 @@ const CONTROLLER_WRITES: &[(ControllerName, &[&str])] = &[
     ),
     (ControllerName::ServiceLb, &["patch services/status"]),
     (ControllerName::NodeRoute, &["patch nodes/status"]),
-    (ControllerName::PvLabel, &["patch persistentvolumes"]),
+    (
+        ControllerName::PvLabel,
+        &["get persistentvolumes", "update persistentvolumes"],
+    ),
 ];
 
 fn strings(value: &serde_yaml::Value) -> Vec<String> {
