@@ -9,10 +9,12 @@ use std::time::Duration;
 use cloud_controllers::metrics::ControllerLabels;
 use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::{
-    CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
-    TAINT_SHUTDOWN, TAINT_UNINITIALIZED, Zones,
+    CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LABEL_REGION, LABEL_ZONE,
+    LoadBalancer, TAINT_SHUTDOWN, TAINT_UNINITIALIZED, Zones,
 };
-use k8s_openapi::api::core::v1::{Event, LoadBalancerStatus, Node, NodeSpec, Service, Taint};
+use k8s_openapi::api::core::v1::{
+    Event, LoadBalancerStatus, Node, NodeSpec, PersistentVolume, Service, Taint,
+};
 use kube::api::{Patch, PatchParams};
 use provider_fake::{AddressConfig, FakeCloud, FakeConfig, FaultKind, FaultSpec, InstanceConfig};
 use serde_json::json;
@@ -792,6 +794,157 @@ async fn a_rejected_address_write_does_not_hold_up_initialization() {
     assert!(
         env.request_count("patch", "nodes", "status") >= 1,
         "the address write was tried"
+    );
+    env.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancers_follow_the_stable_node_set() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.create_node(&ready_node("n1", "10.0.0.1")).await;
+    env.create_node(&ready_node("n2", "10.0.0.2")).await;
+    env.run_controllers(test_config(), &[ControllerName::ServiceLb]);
+    env.create_service(&lb_service("default", "web")).await;
+    wait_until(WAIT, "an ingress", || async {
+        env.get_service("default", "web")
+            .await
+            .is_some_and(|s| !ingress_ips(&s).is_empty())
+    })
+    .await;
+    let updates = env.fake.call_count("update_load_balancer");
+    // NotReady and tainted for deletion by the cluster autoscaler: no re-target on its own (KEP-3458).
+    env.nodes()
+        .patch(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{
+                "key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .unwrap();
+    env.nodes()
+        .patch_status(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(env.fake.call_count("update_load_balancer"), updates);
+    // A new node is a trigger; the sync then leaves the tainted node out.
+    env.create_node(&ready_node("n3", "10.0.0.3")).await;
+    wait_until(WAIT, "the load balancer on n1 and n3", || async {
+        env.fake
+            .load_balancers()
+            .iter()
+            .all(|lb| *lb.nodes == ["n1".to_string(), "n3".to_string()])
+    })
+    .await;
+    env.stop().await.unwrap();
+}
+
+fn csi_volume(
+    name: &str,
+    zone: &str,
+    labels: &[(&str, &str)],
+    provisioned: bool,
+) -> PersistentVolume {
+    let mut pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "fake.csi.cloud", "volumeHandle": format!("vol-{name}"),
+                    "volumeAttributes": {"zone": zone}}
+        }
+    }))
+    .unwrap();
+    pv.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    if provisioned {
+        pv.metadata.annotations = Some(
+            [(
+                "pv.kubernetes.io/provisioned-by".to_string(),
+                "fake.csi.cloud".to_string(),
+            )]
+            .into(),
+        );
+    }
+    pv
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_are_labelled_by_upstreams_rules() {
+    let mut env = Env::new(FakeConfig::default()).await;
+    env.run_controllers(test_config(), &[ControllerName::PvLabel]);
+    let volumes: kube::Api<PersistentVolume> = kube::Api::all(env.client.clone());
+    let pp = Default::default();
+    // A stale zone label is replaced by the cloud's; a zone/region affinity is added.
+    volumes
+        .create(
+            &pp,
+            &csi_volume(
+                "stale",
+                "fake-region-1b",
+                &[(LABEL_ZONE, "elsewhere")],
+                false,
+            ),
+        )
+        .await
+        .unwrap();
+    // A provisioned volume that carries both labels is trusted: the cloud is not asked about it.
+    volumes
+        .create(
+            &pp,
+            &csi_volume(
+                "trusted",
+                "fake-region-1b",
+                &[
+                    (LABEL_ZONE, "fake-region-1c"),
+                    (LABEL_REGION, "fake-region-1"),
+                ],
+                true,
+            ),
+        )
+        .await
+        .unwrap();
+    wait_until(WAIT, "both volumes pinned", || async {
+        let pinned = |pv: PersistentVolume| pv.spec.and_then(|s| s.node_affinity).is_some();
+        pinned(volumes.get("stale").await.unwrap()) && pinned(volumes.get("trusted").await.unwrap())
+    })
+    .await;
+    let stale = volumes.get("stale").await.unwrap();
+    assert_eq!(
+        stale
+            .metadata
+            .labels
+            .unwrap()
+            .get(LABEL_ZONE)
+            .map(String::as_str),
+        Some("fake-region-1b")
+    );
+    let trusted = volumes.get("trusted").await.unwrap();
+    assert_eq!(
+        trusted
+            .metadata
+            .labels
+            .unwrap()
+            .get(LABEL_ZONE)
+            .map(String::as_str),
+        Some("fake-region-1c"),
+        "the provisioner's zone is kept"
+    );
+    assert_eq!(
+        env.fake.call_count("get_labels_for_volume"),
+        1,
+        "only the stale one was looked up"
     );
     env.stop().await.unwrap();
 }
