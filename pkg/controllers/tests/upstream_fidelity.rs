@@ -47,6 +47,22 @@ fn taints(node: &Node) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// A registered, Ready node with only its kubelet's address, a provider ID left to set, and the
+/// uninitialized taint.
+fn uninitialized_node(name: &str, ip: &str) -> Node {
+    let mut node = ready_node(name, ip);
+    node.spec = Some(NodeSpec {
+        taints: Some(vec![Taint {
+            key: TAINT_UNINITIALIZED.into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        }]),
+        ..NodeSpec::default()
+    });
+    node
+}
+
 async fn node(env: &Env, name: &str) -> Node {
     env.nodes().get(name).await.expect("node exists")
 }
@@ -376,21 +392,11 @@ async fn node_without_a_provider_id_stays_uninitialized() {
         ..FakeConfig::default()
     };
     let mut env = Env::new(fake).await;
-    let uninitialized = Taint {
-        key: TAINT_UNINITIALIZED.into(),
-        value: Some("true".into()),
-        effect: "NoSchedule".into(),
-        ..Taint::default()
-    };
-    let mut anon = ready_node("anon", "10.0.0.8");
-    anon.spec = Some(NodeSpec {
-        taints: Some(vec![uninitialized.clone()]),
-        ..NodeSpec::default()
-    });
-    env.create_node(&anon).await;
+    env.create_node(&uninitialized_node("anon", "10.0.0.8"))
+        .await;
     // A kubelet may set the provider ID itself: that node initializes.
-    let mut kubelet_set = ready_node("kubelet-set", "10.0.0.9");
-    kubelet_set.spec.as_mut().unwrap().taints = Some(vec![uninitialized]);
+    let mut kubelet_set = uninitialized_node("kubelet-set", "10.0.0.9");
+    kubelet_set.spec.as_mut().unwrap().provider_id = Some("fake://kubelet-set".into());
     env.create_node(&kubelet_set).await;
     let cloud = Arc::new(Quirky::altering(env.cloud.clone(), |m| InstanceMetadata {
         provider_id: String::new(),
@@ -502,7 +508,7 @@ async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
         ..FakeConfig::default()
     };
     let mut env = Env::new(fake).await;
-    let mut pinned = ready_node("pinned", "10.0.0.50");
+    let mut pinned = uninitialized_node("pinned", "10.0.0.50");
     pinned.metadata.annotations = Some(
         [(
             "alpha.kubernetes.io/provided-node-ip".to_string(),
@@ -510,15 +516,7 @@ async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
         )]
         .into(),
     );
-    pinned.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
+
     env.create_node(&pinned).await;
     // The cloud knows the instance but reports no address: the provided IP cannot be confirmed.
     let cloud = Arc::new(Quirky::altering(env.cloud.clone(), |m| InstanceMetadata {
@@ -764,17 +762,8 @@ async fn a_rejected_address_write_does_not_hold_up_initialization() {
     };
     let mut env = Env::new(fake).await;
     // The kubelet reported another address, so initialization wants to write the cloud's.
-    let mut late = ready_node("late", "192.168.0.31");
-    late.spec = Some(NodeSpec {
-        taints: Some(vec![Taint {
-            key: TAINT_UNINITIALIZED.into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            ..Taint::default()
-        }]),
-        ..NodeSpec::default()
-    });
-    env.create_node(&late).await;
+    env.create_node(&uninitialized_node("late", "192.168.0.31"))
+        .await;
     env.controls.fail(
         FaultRule::new(422)
             .verb("patch")
