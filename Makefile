@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test test-realkube realkube demo e2e e2e-kind bench fmt fmt-check lint clean
+.PHONY: help build test test-realkube test-upstream realkube upstream demo e2e e2e-kind bench fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -15,12 +15,19 @@ help: ## List the targets.
 build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
-test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes suites.
+test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes and upstream suites.
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 	$(MAKE) --no-print-directory test-realkube
+	$(MAKE) --no-print-directory test-upstream
 
 test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test.sh
+
+test-upstream: ## The differential suite: the same scenarios with upstream's CCM (hack/upstream) and ours on a real kube-apiserver.
+	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/upstream/test.sh
+
+upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a fake cloud) from Go modules.
+	hack/upstream/build.sh
 
 realkube: ## Build the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from Go modules.
 	hack/realkube/build.sh

@@ -596,7 +596,7 @@ impl Harness {
 }
 
 /// A client with the identity of a kubeconfig file.
-async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, HarnessError> {
     let kubeconfig = Kubeconfig::read_from(path)
         .map_err(|e| HarnessError::Config(format!("reading {}: {e}", path.display())))?;
     let client_config =

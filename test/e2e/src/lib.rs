@@ -11,6 +11,7 @@
 //! - [`admin`]: a client of the fake cloud's admin API.
 //! - [`ccm`]: CCM processes (spawn, kill, logs, leader status).
 //! - [`rbac`]: the RBAC-honesty comparison of `deploy/rbac.yaml` with recorded requests.
+//! - [`differential`]: the same scenario against upstream's CCM and ours, and the comparison.
 //! - [`audit`]: a real API server's audit log, the record of requests when the target is not in-process.
 //! - [`wait`]: bounded waits with clear failure messages.
 //! - [`well_known`]: label, taint and finalizer names, and readers of Nodes and Services.
@@ -21,6 +22,7 @@ pub mod admin;
 pub mod audit;
 pub mod ccm;
 pub mod config;
+pub mod differential;
 pub mod harness;
 pub mod http;
 pub mod kubelet;

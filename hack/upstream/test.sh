@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The differential controller suite (test/e2e/tests/differential.rs): every scenario runs once with
+# k8s.io/cloud-provider's controllers (hack/upstream/cloud-provider) and once with ours, on a real
+# kube-apiserver (hack/realkube) under the RBAC upstream publishes for its CCM, and what they leave in the
+# cluster must be the same.
+#
+#   hack/upstream/test.sh          build (cached), start, test, stop
+#
+# CARGO and FEATURES come from the Makefile, so the test binaries are the ones `make test` built.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+cargo=${CARGO:-cargo}
+features=${FEATURES:---all-features}
+dir="$root/target/upstream/cluster"
+
+echo "--- upstream: building the upstream CCM and the control plane (Go build cache: a warm build takes seconds)"
+started=$(date +%s)
+upstream="$(hack/upstream/build.sh | tail -n 1)"
+realkube="$(hack/realkube/build.sh | tail -n 1)"
+echo "upstream: built in $(( $(date +%s) - started ))s: $upstream"
+
+stop() {
+  status=$?
+  if [ "$status" -ne 0 ] && [ -d "$dir" ]; then
+    echo "--- upstream: the last lines of the API server's log ($dir)"
+    tail -n 30 "$dir/kube-apiserver.log" || true
+  fi
+  "$realkube" down --dir "$dir" || true
+  exit "$status"
+}
+trap stop EXIT
+
+"$realkube" up --dir "$dir" \
+  --manifest test/e2e/upstream-rbac.yaml \
+  --service-account kube-system/cloud-controller-manager
+
+echo "--- upstream: the differential controller suite (upstream $("$upstream" --version 2>&1 | head -n 1))"
+# The scenarios share the cluster: one at a time.
+# shellcheck disable=SC2086 # FEATURES is a list of flags
+DIFF_KUBECONFIG="$dir/admin.kubeconfig" \
+DIFF_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
+DIFF_UPSTREAM_CCM="$upstream" \
+  "$cargo" test --workspace $features --locked --test differential -- --ignored --test-threads=1 --nocapture
