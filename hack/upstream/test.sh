@@ -13,6 +13,7 @@ cd "$root"
 cargo=${CARGO:-cargo}
 features=${FEATURES:---all-features}
 dir="$root/target/upstream/cluster"
+logs="$root/target/upstream/logs"
 
 echo "--- upstream: building the upstream CCM and the control plane (Go build cache: a warm build takes seconds)"
 started=$(date +%s)
@@ -25,11 +26,13 @@ stop() {
   if [ "$status" -ne 0 ] && [ -d "$dir" ]; then
     echo "--- upstream: the last lines of the API server's log ($dir)"
     tail -n 30 "$dir/kube-apiserver.log" || true
+    echo "--- upstream: every run's CCM log is in $logs"
   fi
   "$realkube" down --dir "$dir" || true
   exit "$status"
 }
 trap stop EXIT
+rm -rf "$logs"
 
 "$realkube" up --dir "$dir" \
   --manifest test/e2e/upstream-rbac.yaml \
@@ -41,4 +44,5 @@ echo "--- upstream: the differential controller suite (upstream $("$upstream" --
 DIFF_KUBECONFIG="$dir/admin.kubeconfig" \
 DIFF_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 DIFF_UPSTREAM_CCM="$upstream" \
+DIFF_LOG_DIR="$logs" \
   "$cargo" test --workspace $features --locked --test differential -- --ignored --test-threads=1 --nocapture

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -38,8 +39,38 @@ type cloud struct {
 	byName    map[string]string    // node name -> instance ID
 	deadIDs   map[string]bool      // terminated: never auto-discovered again
 	deadNames map[string]bool
-	lbs       map[string]net.IP // load-balancer name -> ingress IP
+	lbs       map[string]*loadBalancer // by load-balancer name
 	calls     map[string]uint64
+}
+
+// loadBalancer is one load balancer, in the JSON shape of the Rust fake's admin API (GET /loadbalancers).
+type loadBalancer struct {
+	Name        string   `json:"name"`
+	Cluster     string   `json:"cluster"`
+	Service     string   `json:"service"`
+	ServiceUID  string   `json:"serviceUid"`
+	IP          string   `json:"ip"`
+	Ports       []lbPort `json:"ports"`
+	Nodes       []string `json:"nodes"`
+	EnsureCount uint64   `json:"ensureCount"`
+	UpdateCount uint64   `json:"updateCount"`
+}
+
+type lbPort struct {
+	Name     *string `json:"name"`
+	Protocol string  `json:"protocol"`
+	Port     int32   `json:"port"`
+	NodePort *int32  `json:"nodePort"`
+}
+
+// route is one route, in the JSON shape of the Rust fake's admin API (GET /routes).
+type route struct {
+	Name                string           `json:"name"`
+	Cluster             string           `json:"cluster"`
+	TargetNode          string           `json:"targetNode"`
+	DestinationCIDR     string           `json:"destinationCIDR"`
+	TargetNodeAddresses []v1.NodeAddress `json:"targetNodeAddresses"`
+	Blackhole           bool             `json:"blackhole"`
 }
 
 var _ cloudprovider.InstancesV2 = (*cloud)(nil)
@@ -63,7 +94,7 @@ func newCloud(cfg *config) (*cloud, error) {
 		byName:    map[string]string{},
 		deadIDs:   map[string]bool{},
 		deadNames: map[string]bool{},
-		lbs:       map[string]net.IP{},
+		lbs:       map[string]*loadBalancer{},
 		calls:     map[string]uint64{},
 	}
 	for i, ic := range cfg.Instances {
@@ -250,39 +281,62 @@ func (c *cloud) GetLoadBalancer(ctx context.Context, clusterName string, service
 	c.call("get_load_balancer")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ip, ok := c.lbs[c.GetLoadBalancerName(ctx, clusterName, service)]
-	if !ok {
+	lb := c.lbs[c.GetLoadBalancerName(ctx, clusterName, service)]
+	if lb == nil {
 		return nil, false, nil
 	}
-	return lbStatus(ip), true, nil
+	return lbStatus(lb.IP), true, nil
 }
 
 // EnsureLoadBalancer gives each load balancer the lowest free address of loadBalancerCIDR (or the Service's
 // spec.loadBalancerIP), as the Rust fake does.
-func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, _ []*v1.Node) (*v1.LoadBalancerStatus, error) {
+func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
 	c.call("ensure_load_balancer")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := c.GetLoadBalancerName(ctx, clusterName, service)
+	lb := c.lbs[name]
+	if lb == nil {
+		lb = &loadBalancer{Name: name}
+	}
 	if want := net.ParseIP(service.Spec.LoadBalancerIP); want != nil {
-		c.lbs[name] = want
-	} else if c.lbs[name] == nil {
+		lb.IP = want.String()
+	} else if lb.IP == "" {
 		ip, err := c.freeAddress()
 		if err != nil {
 			return nil, err
 		}
-		c.lbs[name] = ip
+		lb.IP = ip.String()
 	}
-	return lbStatus(c.lbs[name]), nil
+	lb.Cluster, lb.Service, lb.ServiceUID = clusterName, service.Namespace+"/"+service.Name, string(service.UID)
+	lb.Ports = lb.Ports[:0]
+	for _, p := range service.Spec.Ports {
+		port := lbPort{Protocol: string(p.Protocol), Port: p.Port}
+		if p.Name != "" {
+			port.Name = &p.Name
+		}
+		if p.NodePort != 0 {
+			port.NodePort = &p.NodePort
+		}
+		lb.Ports = append(lb.Ports, port)
+	}
+	lb.Nodes = nodeNames(nodes)
+	lb.EnsureCount++
+	c.lbs[name] = lb
+	return lbStatus(lb.IP), nil
 }
 
-func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, _ []*v1.Node) error {
+func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
 	c.call("update_load_balancer")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if name := c.GetLoadBalancerName(ctx, clusterName, service); c.lbs[name] == nil {
+	name := c.GetLoadBalancerName(ctx, clusterName, service)
+	lb := c.lbs[name]
+	if lb == nil {
 		return fmt.Errorf("load balancer %s of service %s/%s does not exist", name, service.Namespace, service.Name)
 	}
+	lb.Nodes = nodeNames(nodes)
+	lb.UpdateCount++
 	return nil
 }
 
@@ -294,6 +348,43 @@ func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName strin
 	return nil
 }
 
+// loadBalancers is a copy of every load balancer, by name.
+func (c *cloud) loadBalancers() []loadBalancer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]loadBalancer, 0, len(c.lbs))
+	for _, lb := range c.lbs {
+		out = append(out, *lb)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// routes is every route of upstream's fake route table.
+func (c *cloud) routes() []route {
+	c.Lock.Lock()
+	defer c.Lock.Unlock()
+	out := []route{}
+	for _, r := range c.RouteMap {
+		out = append(out, route{
+			Name: r.Route.Name, Cluster: r.ClusterName, TargetNode: string(r.Route.TargetNode),
+			DestinationCIDR: r.Route.DestinationCIDR, TargetNodeAddresses: r.Route.TargetNodeAddresses,
+			Blackhole: r.Route.Blackhole,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func nodeNames(nodes []*v1.Node) []string {
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func (c *cloud) freeAddress() (net.IP, error) {
 	_, network, _ := net.ParseCIDR(c.cfg.LoadBalancerCIDR)
 	base := network.IP.To4()
@@ -303,8 +394,8 @@ func (c *cloud) freeAddress() (net.IP, error) {
 	ones, bits := network.Mask.Size()
 	first, size := binary.BigEndian.Uint32(base), uint32(1)<<(bits-ones)
 	used := map[string]bool{}
-	for _, ip := range c.lbs {
-		used[ip.String()] = true
+	for _, lb := range c.lbs {
+		used[lb.IP] = true
 	}
 	for offset := uint32(1); offset+1 < size; offset++ {
 		ip := make(net.IP, 4)
@@ -316,9 +407,9 @@ func (c *cloud) freeAddress() (net.IP, error) {
 	return nil, fmt.Errorf("the load-balancer pool %s is exhausted", c.cfg.LoadBalancerCIDR)
 }
 
-func lbStatus(ip net.IP) *v1.LoadBalancerStatus {
+func lbStatus(ip string) *v1.LoadBalancerStatus {
 	vip := v1.LoadBalancerIPModeVIP
-	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: ip.String(), IPMode: &vip}}}
+	return &v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{{IP: ip, IPMode: &vip}}}
 }
 
 // GetLabelsForVolume labels the volumes of the configured CSI driver with a zone chosen like the Rust

@@ -34,7 +34,7 @@ func main() {
 }
 
 // initializeCloud builds the fake cloud from --cloud-config and, with adminAddress, serves its call
-// counters (GET /calls, the shape of the Rust fake's admin API).
+// counters, load balancers and routes (GET /calls, /loadbalancers, /routes: the Rust fake's admin API).
 func initializeCloud(completed *appconfig.CompletedConfig) cloudprovider.Interface {
 	shared := completed.ComponentConfig.KubeCloudShared
 	if shared.CloudProvider.Name != providerName {
@@ -65,10 +65,15 @@ func serveAdmin(address string, c *cloud) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(c.callCounts())
-	})
+	serveJSON := func(path string, read func() any) {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(read())
+		})
+	}
+	serveJSON("/calls", func() any { return c.callCounts() })
+	serveJSON("/loadbalancers", func() any { return c.loadBalancers() })
+	serveJSON("/routes", func() any { return c.routes() })
 	klog.Infof("fake cloud admin API listening on %s", listener.Addr())
 	go func() { _ = http.Serve(listener, mux) }()
 	return nil

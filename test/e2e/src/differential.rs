@@ -11,7 +11,8 @@
 //! reason, object and reporting component. [`compare`] lists every difference by object and field.
 //!
 //! Configuration (set by `hack/upstream/test.sh`): `DIFF_KUBECONFIG` (an admin kubeconfig),
-//! `DIFF_CCM_KUBECONFIG` (the CCM's identity), `DIFF_UPSTREAM_CCM` (the upstream binary).
+//! `DIFF_CCM_KUBECONFIG` (the CCM's identity), `DIFF_UPSTREAM_CCM` (the upstream binary), and optionally
+//! `DIFF_LOG_DIR` (where every run's CCM log is kept, as `<scenario>-<upstream|ours>.log`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,7 +25,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::harness::client_from_kubeconfig;
-use crate::{CcmProcess, Check, HarnessError, wait_for};
+use crate::{CcmProcess, Check, FakeAdmin, HarnessError, wait_for};
 
 /// Namespace of the scenarios' Services.
 pub const NAMESPACE: &str = "default";
@@ -63,6 +64,8 @@ pub struct DiffConfig {
     pub upstream: PathBuf,
     /// This project's CCM binary.
     pub ours: PathBuf,
+    /// Where each run's CCM log is kept (`DIFF_LOG_DIR`, optional).
+    pub log_dir: Option<PathBuf>,
 }
 
 impl DiffConfig {
@@ -81,6 +84,7 @@ impl DiffConfig {
             ccm_kubeconfig: get("DIFF_CCM_KUBECONFIG")?,
             upstream: get("DIFF_UPSTREAM_CCM")?,
             ours: crate::ccm::locate_binary()?,
+            log_dir: std::env::var_os("DIFF_LOG_DIR").map(PathBuf::from),
         })
     }
 }
@@ -94,6 +98,8 @@ pub struct Snapshot {
     pub services: BTreeMap<String, Value>,
     /// Event occurrences (the sum of `count`) by "type reason kind/namespace/name component".
     pub events: BTreeMap<String, i64>,
+    /// The fake cloud's load balancers (by Service) and routes (by node and CIDR).
+    pub cloud: BTreeMap<String, Value>,
 }
 
 /// A scenario: what exists before the CCM starts, then what happens while it runs (ending with a wait for
@@ -118,8 +124,16 @@ pub async fn run(
     scenario.before(client.clone()).await?;
     let dir = tempfile::tempdir().map_err(|e| io("creating a temporary directory", e))?;
     let cloud_config = dir.path().join("cloud-config.yaml");
-    std::fs::write(&cloud_config, scenario.cloud_config())
-        .map_err(|e| io("writing the cloud-config", e))?;
+    let admin_address = format!("127.0.0.1:{}", crate::harness::free_port()?);
+    let admin = FakeAdmin::new(format!("http://{admin_address}"));
+    std::fs::write(
+        &cloud_config,
+        format!(
+            "{}\nadminAddress: \"{admin_address}\"\n",
+            scenario.cloud_config()
+        ),
+    )
+    .map_err(|e| io("writing the cloud-config", e))?;
     let binary = match implementation {
         Implementation::Upstream => &config.upstream,
         Implementation::Ours => &config.ours,
@@ -141,11 +155,23 @@ pub async fn run(
                 implementation.name()
             )));
         }
-        snapshot(&client).await
+        let mut snapshot = snapshot(&client).await?;
+        snapshot.cloud = cloud_snapshot(&admin).await?;
+        Ok(snapshot)
     }
     .await;
     ccm.kill().await?;
     let text = ccm.log_text();
+    if let Some(log_dir) = &config.log_dir {
+        let scenario = std::any::type_name_of_val(scenario)
+            .rsplit("::")
+            .next()
+            .unwrap_or("scenario");
+        let kept = log_dir.join(format!("{scenario}-{}.log", implementation.name()));
+        std::fs::create_dir_all(log_dir)
+            .and_then(|()| std::fs::write(&kept, &text))
+            .map_err(|e| io(&format!("keeping the CCM log as {}", kept.display()), e))?;
+    }
     outcome
         .map(|snapshot| (snapshot, text.clone()))
         .map_err(|e| {
@@ -167,6 +193,7 @@ pub fn ccm_args(cloud_config: &Path, kubeconfig: &Path) -> Vec<String> {
         "--allocate-node-cidrs=false".into(),
         "--configure-cloud-routes=true".into(),
         "--node-monitor-period=1s".into(),
+        "--node-status-update-frequency=1s".into(),
         "--route-reconciliation-period=1s".into(),
         "--leader-elect=false".into(),
         "--secure-port=0".into(),
@@ -276,6 +303,30 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, HarnessError> {
             i64::from(event.count.unwrap_or(1));
     }
     Ok(snapshot)
+}
+
+/// The fake cloud's load balancers and routes, without what differs between runs by construction (names
+/// derived from UIDs, node ports).
+pub async fn cloud_snapshot(admin: &FakeAdmin) -> Result<BTreeMap<String, Value>, HarnessError> {
+    let mut cloud = BTreeMap::new();
+    for lb in admin.load_balancers().await? {
+        let ports: Vec<Value> = lb
+            .ports
+            .iter()
+            .map(|p| json!({"name": p.name, "protocol": p.protocol, "port": p.port}))
+            .collect();
+        let value = json!({"ip": lb.ip, "cluster": lb.cluster, "ports": ports, "nodes": lb.nodes,
+                           "ensureCount": lb.ensure_count, "updateCount": lb.update_count});
+        cloud.insert(format!("load balancer {}", lb.service), value);
+    }
+    for route in admin.routes().await? {
+        let value = json!({"cluster": route.cluster, "blackhole": route.blackhole});
+        cloud.insert(
+            format!("route {} {}", route.target_node, route.destination_cidr),
+            value,
+        );
+    }
+    Ok(cloud)
 }
 
 fn to_value<T: serde::Serialize>(object: &T) -> Value {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use ccm_e2e::differential::{self, DiffConfig, Implementation, NAMESPACE, Scenario};
 use ccm_e2e::well_known::*;
 use ccm_e2e::{Check, HarnessError, wait_for};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -56,10 +56,11 @@ async fn differential(scenario: impl Scenario) {
         tail(&ours_log)
     );
     println!(
-        "same as upstream: {} nodes, {} services, events {:?}",
+        "same as upstream: {} nodes, {} services, cloud {}, events {}",
         ours.nodes.len(),
         ours.services.len(),
-        ours.events
+        serde_json::to_string(&ours.cloud).unwrap_or_default(),
+        serde_json::to_string(&ours.events).unwrap_or_default()
     );
 }
 
@@ -71,6 +72,7 @@ fn tail(text: &str) -> String {
 /// A node as a kubelet with `--cloud-provider=external` registers it.
 struct NodeSpec {
     name: &'static str,
+    labels: &'static [(&'static str, &'static str)],
     internal_ip: &'static str,
     pod_cidr: Option<&'static str>,
     provider_id: Option<&'static str>,
@@ -83,6 +85,7 @@ impl NodeSpec {
     const fn new(name: &'static str, internal_ip: &'static str) -> NodeSpec {
         NodeSpec {
             name,
+            labels: &[],
             internal_ip,
             pod_cidr: None,
             provider_id: None,
@@ -110,10 +113,16 @@ impl NodeSpec {
         if let Some(id) = self.provider_id {
             spec["providerID"] = id.into();
         }
+        let mut labels =
+            serde_json::Map::from_iter([("kubernetes.io/hostname".into(), self.name.into())]);
+        labels.extend(
+            self.labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::from(*v))),
+        );
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "annotations": annotations,
-                         "labels": {"kubernetes.io/hostname": self.name}},
+            "metadata": {"name": self.name, "annotations": annotations, "labels": labels},
             "spec": spec,
         }))
         .expect("a valid Node");
@@ -339,8 +348,9 @@ async fn node_lifecycle() {
     differential(NodeLifecycle).await;
 }
 
-/// Load balancers: a plain one (Local traffic policy), one with a requested IP, one of another class, a
-/// ClusterIP Service, and one that becomes a ClusterIP Service after its load balancer exists.
+/// Load balancers: a plain one (Local traffic policy, deleted at the end), one with a requested IP, one of
+/// another class, a ClusterIP Service, and one that becomes a ClusterIP Service after its load balancer
+/// exists.
 struct LoadBalancers;
 
 fn service(name: &str, spec: Value) -> Service {
@@ -436,15 +446,25 @@ impl Scenario for LoadBalancers {
             )
             .await
             .map_err(|e| HarnessError::kube("changing a service to ClusterIP", e))?;
+        services
+            .delete("plain", &Default::default())
+            .await
+            .map_err(|e| HarnessError::kube("deleting service plain", e))?;
         wait_for(
-            "the load balancer of becomes-cluster-ip to go",
+            "the load balancers of plain and becomes-cluster-ip to go",
             TIMEOUT,
             || async {
                 let service = services
                     .get("becomes-cluster-ip")
                     .await
                     .map_err(|e| HarnessError::kube("reading service becomes-cluster-ip", e))?;
-                let gone = !has_lb_finalizer(&service) && ingress(&service).is_empty();
+                let plain_gone = services
+                    .get_opt("plain")
+                    .await
+                    .map_err(|e| HarnessError::kube("reading service plain", e))?
+                    .is_none();
+                let gone =
+                    plain_gone && !has_lb_finalizer(&service) && ingress(&service).is_empty();
                 Ok(Check::when(gone, (), || {
                     format!(
                         "finalizer {}, ingress {:?}",
@@ -462,4 +482,288 @@ impl Scenario for LoadBalancers {
 #[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
 async fn load_balancers() {
     differential(LoadBalancers).await;
+}
+
+/// Initialized nodes: the beta/GA label pairs reconciled, and the periodic address sync (a node whose
+/// instance moved, one whose cloud addresses come in another order, one with a provided node IP).
+struct InitializedNodes;
+
+const INITIALIZED_NODES: &[NodeSpec] = &[
+    NodeSpec {
+        provider_id: Some("fake://beta-only"),
+        uninitialized: false,
+        labels: &[
+            (ZONE_BETA_LABEL, "fake-region-1a"),
+            (REGION_BETA_LABEL, "fake-region-1"),
+            (INSTANCE_TYPE_BETA_LABEL, "fake.small"),
+        ],
+        ..NodeSpec::new("beta-only", "10.0.8.1")
+    },
+    NodeSpec {
+        provider_id: Some("fake://ga-only"),
+        uninitialized: false,
+        labels: &[
+            (ZONE_LABEL, "fake-region-1a"),
+            (REGION_LABEL, "fake-region-1"),
+            (INSTANCE_TYPE_LABEL, "fake.small"),
+        ],
+        ..NodeSpec::new("ga-only", "10.0.8.2")
+    },
+    NodeSpec {
+        provider_id: Some("fake://mismatch"),
+        uninitialized: false,
+        labels: &[
+            (ZONE_BETA_LABEL, "fake-region-1a"),
+            (ZONE_LABEL, "fake-region-1b"),
+        ],
+        ..NodeSpec::new("mismatch", "10.0.8.3")
+    },
+    NodeSpec {
+        provider_id: Some("fake://moved"),
+        uninitialized: false,
+        ..NodeSpec::new("moved", "10.0.8.4")
+    },
+    NodeSpec {
+        provider_id: Some("fake://reordered"),
+        uninitialized: false,
+        ..NodeSpec::new("reordered", "10.0.8.5")
+    },
+    NodeSpec {
+        provider_id: Some("fake://provided"),
+        uninitialized: false,
+        provided_ip: Some("10.0.8.7"),
+        ..NodeSpec::new("provided", "10.0.8.6")
+    },
+];
+
+impl Scenario for InitializedNodes {
+    fn cloud_config(&self) -> String {
+        r#"
+clusterID: differential
+autoDiscover: false
+instances:
+  - {name: beta-only, zone: fake-region-1a, addresses: [{type: InternalIP, address: 10.0.8.1}]}
+  - {name: ga-only, zone: fake-region-1a, addresses: [{type: InternalIP, address: 10.0.8.2}]}
+  - {name: mismatch, zone: fake-region-1a, addresses: [{type: InternalIP, address: 10.0.8.3}]}
+  - name: moved
+    addresses: [{type: InternalIP, address: 10.0.9.4}, {type: ExternalIP, address: 203.0.113.4}]
+  - name: reordered
+    addresses: [{type: Hostname, address: reordered}, {type: InternalIP, address: 10.0.8.5}]
+  - name: provided
+    addresses:
+      - {type: InternalIP, address: 10.0.8.6}
+      - {type: InternalIP, address: 10.0.8.7}
+      - {type: ExternalIP, address: 203.0.113.6}
+"#
+        .to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        create_nodes(&client, INITIALIZED_NODES).await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        wait_nodes(
+            &client,
+            "the address sync and label reconciliation",
+            |nodes| {
+                let moved = node(nodes, "moved").is_some_and(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.addresses.as_ref())
+                        .is_some_and(|a| a.iter().any(|a| a.address == "203.0.113.4"))
+                });
+                let copied =
+                    node(nodes, "beta-only").is_some_and(|n| labels(n).contains_key(ZONE_LABEL));
+                moved && copied
+            },
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn initialized_nodes() {
+    differential(InitializedNodes).await;
+}
+
+/// Load-balancer updates: the backend set follows node exclusions (label; and the autoscaler's taint, which
+/// upstream ignores since KEP-3458) down to no backends at all, and only the Service changes upstream reacts to re-ensure the load balancer.
+struct LoadBalancerUpdates;
+
+/// Waits until `object` has `count` occurrences of events with `reason`.
+async fn wait_events(
+    client: &Client,
+    object: &str,
+    reason: &str,
+    count: i32,
+) -> Result<(), HarnessError> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
+    wait_for(
+        &format!("{count} {reason} event(s) of {object}"),
+        TIMEOUT,
+        || async {
+            let seen: i32 = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| HarnessError::kube("listing events", e))?
+                .items
+                .iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.involved_object.name.as_deref() == Some(object)
+                })
+                .map(|e| e.count.unwrap_or(1))
+                .sum();
+            Ok(Check::when(seen >= count, (), || format!("{seen} so far")))
+        },
+    )
+    .await
+}
+
+async fn patch<K>(api: &Api<K>, name: &str, patch: Value) -> Result<(), HarnessError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| HarnessError::kube(format!("patching {name}"), e))
+}
+
+impl Scenario for LoadBalancerUpdates {
+    fn cloud_config(&self) -> String {
+        "clusterID: differential\n".to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        let hosts = [
+            NodeSpec {
+                provider_id: Some("fake://h1"),
+                uninitialized: false,
+                ..NodeSpec::new("h1", "10.0.10.1")
+            },
+            NodeSpec {
+                provider_id: Some("fake://h2"),
+                uninitialized: false,
+                ..NodeSpec::new("h2", "10.0.10.2")
+            },
+            NodeSpec {
+                provider_id: Some("fake://h3"),
+                uninitialized: false,
+                ready: false,
+                ..NodeSpec::new("h3", "10.0.10.3")
+            },
+        ];
+        create_nodes(&client, &hosts).await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
+        let nodes: Api<Node> = Api::all(client.clone());
+        services
+            .create(
+                &PostParams::default(),
+                &service("web", json!({"type": "LoadBalancer"})),
+            )
+            .await
+            .map_err(|e| HarnessError::kube("creating service web", e))?;
+        wait_events(&client, "web", "EnsuredLoadBalancer", 1).await?;
+        let exclude = json!({"metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "true"}}});
+        patch(&nodes, "h3", exclude.clone()).await?;
+        wait_events(&client, "web", "UpdatedLoadBalancer", 1).await?;
+        let to_be_deleted = json!({"spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}]}});
+        patch(&nodes, "h2", to_be_deleted).await?;
+        // Whether that taint changes the backends is what is compared: nothing to wait for.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let new_target_port = json!({"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 9090, "protocol": "TCP"}]}});
+        patch(&services, "web", new_target_port).await?;
+        wait_events(&client, "web", "EnsuredLoadBalancer", 2).await?;
+        patch(
+            &services,
+            "web",
+            json!({"metadata": {"labels": {"team": "a"}}}),
+        )
+        .await?;
+        patch(
+            &services,
+            "web",
+            json!({"metadata": {"annotations": {"example.com/note": "b"}}}),
+        )
+        .await?;
+        wait_events(&client, "web", "EnsuredLoadBalancer", 3).await?;
+        patch(&nodes, "h1", exclude).await?;
+        wait_events(&client, "web", "UnAvailableLoadBalancer", 1).await
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn load_balancer_updates() {
+    differential(LoadBalancerUpdates).await;
+}
+
+/// Routes: one per pod CIDR of every node, the NetworkUnavailable condition, and the route of a deleted
+/// node removed.
+struct Routes;
+
+impl Scenario for Routes {
+    fn cloud_config(&self) -> String {
+        "clusterID: differential\n".to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        let nodes = [
+            NodeSpec {
+                provider_id: Some("fake://r1"),
+                uninitialized: false,
+                pod_cidr: Some("10.244.11.0/24"),
+                ..NodeSpec::new("r1", "10.0.11.1")
+            },
+            NodeSpec {
+                provider_id: Some("fake://r2"),
+                uninitialized: false,
+                pod_cidr: Some("10.244.12.0/24"),
+                ..NodeSpec::new("r2", "10.0.11.2")
+            },
+            NodeSpec {
+                provider_id: Some("fake://r3"),
+                uninitialized: false,
+                pod_cidr: Some("10.244.13.0/24"),
+                ..NodeSpec::new("r3", "10.0.11.3")
+            },
+            NodeSpec {
+                provider_id: Some("fake://outside"),
+                uninitialized: false,
+                pod_cidr: Some("192.168.50.0/24"),
+                ..NodeSpec::new("outside", "10.0.11.4")
+            },
+        ];
+        create_nodes(&client, &nodes).await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        let routed =
+            |n: &Node| condition(n, "NetworkUnavailable").is_some_and(|c| c.status == "False");
+        wait_nodes(&client, "routes for r1, r2 and r3", |nodes| {
+            ["r1", "r2", "r3"]
+                .iter()
+                .all(|name| node(nodes, name).is_some_and(routed))
+        })
+        .await?;
+        Api::<Node>::all(client.clone())
+            .delete("r3", &Default::default())
+            .await
+            .map_err(|e| HarnessError::kube("deleting node r3", e))?;
+        // The route of r3 goes with the next reconciliation (every second here).
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn routes() {
+    differential(Routes).await;
 }
