@@ -146,12 +146,16 @@ func parseProviderID(providerID string) (string, error) {
 	return id, nil
 }
 
-// call counts one cloud operation and waits the configured latency.
-func (c *cloud) call(op string) {
+// call counts one cloud operation, waits the configured latency and fails it when the config says so.
+func (c *cloud) call(op string) error {
 	time.Sleep(c.latency)
 	c.mu.Lock()
 	c.calls[op]++
 	c.mu.Unlock()
+	if c.cfg.fails(op) {
+		return fmt.Errorf("injected fault: %s failed", op)
+	}
+	return nil
 }
 
 // callCounts is a copy of the per-operation counters.
@@ -235,7 +239,9 @@ func (c *cloud) discoveredAddresses(kubelet []v1.NodeAddress) []v1.NodeAddress {
 }
 
 func (c *cloud) InstanceExists(_ context.Context, node *v1.Node) (bool, error) {
-	c.call("instance_exists")
+	if err := c.call("instance_exists"); err != nil {
+		return false, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	inst, err := c.resolve(node)
@@ -243,7 +249,9 @@ func (c *cloud) InstanceExists(_ context.Context, node *v1.Node) (bool, error) {
 }
 
 func (c *cloud) InstanceShutdown(_ context.Context, node *v1.Node) (bool, error) {
-	c.call("instance_shutdown")
+	if err := c.call("instance_shutdown"); err != nil {
+		return false, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	inst, err := c.resolve(node)
@@ -257,7 +265,9 @@ func (c *cloud) InstanceShutdown(_ context.Context, node *v1.Node) (bool, error)
 }
 
 func (c *cloud) InstanceMetadata(_ context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
-	c.call("instance_metadata")
+	if err := c.call("instance_metadata"); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	inst, err := c.resolve(node)
@@ -278,7 +288,9 @@ func (c *cloud) InstanceMetadata(_ context.Context, node *v1.Node) (*cloudprovid
 }
 
 func (c *cloud) GetLoadBalancer(ctx context.Context, clusterName string, service *v1.Service) (*v1.LoadBalancerStatus, bool, error) {
-	c.call("get_load_balancer")
+	if err := c.call("get_load_balancer"); err != nil {
+		return nil, false, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	lb := c.lbs[c.GetLoadBalancerName(ctx, clusterName, service)]
@@ -291,7 +303,9 @@ func (c *cloud) GetLoadBalancer(ctx context.Context, clusterName string, service
 // EnsureLoadBalancer gives each load balancer the lowest free address of loadBalancerCIDR (or the Service's
 // spec.loadBalancerIP), as the Rust fake does.
 func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
-	c.call("ensure_load_balancer")
+	if err := c.call("ensure_load_balancer"); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := c.GetLoadBalancerName(ctx, clusterName, service)
@@ -327,7 +341,9 @@ func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, serv
 }
 
 func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) error {
-	c.call("update_load_balancer")
+	if err := c.call("update_load_balancer"); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	name := c.GetLoadBalancerName(ctx, clusterName, service)
@@ -341,7 +357,9 @@ func (c *cloud) UpdateLoadBalancer(ctx context.Context, clusterName string, serv
 }
 
 func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName string, service *v1.Service) error {
-	c.call("ensure_load_balancer_deleted")
+	if err := c.call("ensure_load_balancer_deleted"); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.lbs, c.GetLoadBalancerName(ctx, clusterName, service))
@@ -415,7 +433,9 @@ func lbStatus(ip string) *v1.LoadBalancerStatus {
 // GetLabelsForVolume labels the volumes of the configured CSI driver with a zone chosen like the Rust
 // fake's (the volume's "zone" attribute when it names a zone, else a hash of the volume handle).
 func (c *cloud) GetLabelsForVolume(_ context.Context, pv *v1.PersistentVolume) (map[string]string, error) {
-	c.call("get_labels_for_volume")
+	if err := c.call("get_labels_for_volume"); err != nil {
+		return nil, err
+	}
 	csi := pv.Spec.CSI
 	if csi == nil || csi.Driver != c.cfg.CSIDriver {
 		return nil, nil

@@ -103,14 +103,21 @@ func readConfig(path string) (*config, error) {
 		return nil, fmt.Errorf("invalid fake cloud config: loadBalancerCIDR: %w", err)
 	}
 	for op, f := range cfg.Faults {
-		if op != "*" || f.ErrorRate != 0 {
-			return nil, fmt.Errorf("invalid fake cloud config: faults[%s]: this peer models only a latency for every operation (\"*\")", op)
+		deterministic := f.ErrorRate == 0 || (f.ErrorRate == 1 && (f.Kind == "" || f.Kind == "provider"))
+		if !deterministic || (op == "*" && f.ErrorRate != 0) || (op != "*" && f.LatencyMs != 0) {
+			return nil, fmt.Errorf("invalid fake cloud config: faults[%s]: this peer models a latency for every "+
+				"operation (\"*\") and operations that always fail (errorRate 1, kind provider)", op)
 		}
 	}
 	if len(cfg.Volumes) != 0 {
 		return nil, fmt.Errorf("invalid fake cloud config: volumes: this peer labels CSI volumes only")
 	}
 	return cfg, nil
+}
+
+// fails is whether every call of op fails.
+func (c *config) fails(op string) bool {
+	return c.Faults[op].ErrorRate == 1
 }
 
 // latency is the delay of every cloud call: the "*" fault's latency.

@@ -420,6 +420,7 @@ pub fn compare(upstream: &Snapshot, ours: &Snapshot) -> Vec<String> {
         &ours.services,
         &mut differences,
     );
+    diff_maps("cloud", &upstream.cloud, &ours.cloud, &mut differences);
     let keys: std::collections::BTreeSet<&String> =
         upstream.events.keys().chain(ours.events.keys()).collect();
     for key in keys {
@@ -513,6 +514,31 @@ mod tests {
         assert_eq!(
             compare(&snapshot_with_node(a), &snapshot_with_node(b)),
             vec![r#"node n1: .metadata.labels.zone: upstream "a", ours "b""#.to_string()]
+        );
+    }
+
+    #[test]
+    fn cloud_state_is_compared() {
+        let lb = |nodes: Value| {
+            BTreeMap::from([(
+                "load balancer default/lb".to_string(),
+                json!({"nodes": nodes}),
+            )])
+        };
+        let upstream = Snapshot {
+            cloud: lb(json!(["u1"])),
+            ..Snapshot::default()
+        };
+        let ours = Snapshot {
+            cloud: lb(json!(["u1", "u2"])),
+            ..Snapshot::default()
+        };
+        assert_eq!(
+            compare(&upstream, &ours),
+            vec![
+                r#"cloud load balancer default/lb: .nodes: upstream ["u1"], ours ["u1","u2"]"#
+                    .to_string()
+            ]
         );
     }
 

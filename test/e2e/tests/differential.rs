@@ -47,13 +47,21 @@ async fn differential(scenario: impl Scenario) {
         .into_iter()
         .filter(|d| !ALLOWED.iter().any(|(prefix, _)| d.starts_with(prefix)))
         .collect();
+    let logs = match &config.log_dir {
+        Some(dir) => format!("the CCM logs are in {}", dir.display()),
+        None => format!(
+            "--- upstream log (tail):\n{}\n--- our log (tail):\n{}",
+            tail(&upstream_log),
+            tail(&ours_log)
+        ),
+    };
     assert!(
         differences.is_empty(),
-        "{} difference(s) from upstream:\n  {}\n--- upstream log (tail):\n{}\n--- our log (tail):\n{}",
+        "{} difference(s) from upstream:\n  {}\nupstream's cloud: {}\nour cloud: {}\n{logs}",
         differences.len(),
         differences.join("\n  "),
-        tail(&upstream_log),
-        tail(&ours_log)
+        serde_json::to_string(&upstream.cloud).unwrap_or_default(),
+        serde_json::to_string(&ours.cloud).unwrap_or_default(),
     );
     println!(
         "same as upstream: {} nodes, {} services, cloud {}, events {}",
@@ -766,4 +774,105 @@ impl Scenario for Routes {
 #[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
 async fn routes() {
     differential(Routes).await;
+}
+
+/// Cloud failures: the cloud answers every instance lookup and every load-balancer ensure with an error. A
+/// node stays uninitialized, a NotReady node whose instance is gone is kept (its existence is unknown), and a
+/// Service gets no ingress; the events and retries are compared.
+struct CloudFailures;
+
+impl Scenario for CloudFailures {
+    fn cloud_config(&self) -> String {
+        // Ours looks instances up in bulk (instance_metadata_bulk, instance_states), upstream one by one.
+        r#"
+clusterID: differential
+instances:
+  - {name: gone, state: terminated}
+faults:
+  instance_metadata: {errorRate: 1.0}
+  instance_metadata_bulk: {errorRate: 1.0}
+  instance_exists: {errorRate: 1.0}
+  instance_states: {errorRate: 1.0}
+  ensure_load_balancer: {errorRate: 1.0}
+"#
+        .to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        let nodes = [
+            NodeSpec::new("uninitialized", "10.0.12.1"),
+            NodeSpec {
+                provider_id: Some("fake://gone"),
+                uninitialized: false,
+                ready: false,
+                ..NodeSpec::new("gone", "10.0.12.2")
+            },
+        ];
+        create_nodes(&client, &nodes).await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        Api::<Service>::namespaced(client.clone(), NAMESPACE)
+            .create(
+                &PostParams::default(),
+                &service("lb", json!({"type": "LoadBalancer"})),
+            )
+            .await
+            .map_err(|e| HarnessError::kube("creating service lb", e))?;
+        // Upstream retries a failed Service after 5 s, then 10 s: two failures, and the snapshot comes
+        // well before the third.
+        wait_events(&client, "lb", "SyncLoadBalancerFailed", 2).await
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn cloud_failures() {
+    differential(CloudFailures).await;
+}
+
+/// A failing load-balancer update: a node leaves the backends but the cloud refuses the update, so the
+/// load balancer keeps every backend it had.
+struct LoadBalancerUpdateFailures;
+
+impl Scenario for LoadBalancerUpdateFailures {
+    fn cloud_config(&self) -> String {
+        "clusterID: differential\nfaults:\n  update_load_balancer: {errorRate: 1.0}\n".to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        let hosts = [
+            NodeSpec {
+                provider_id: Some("fake://u1"),
+                uninitialized: false,
+                ..NodeSpec::new("u1", "10.0.13.1")
+            },
+            NodeSpec {
+                provider_id: Some("fake://u2"),
+                uninitialized: false,
+                ..NodeSpec::new("u2", "10.0.13.2")
+            },
+        ];
+        create_nodes(&client, &hosts).await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        Api::<Service>::namespaced(client.clone(), NAMESPACE)
+            .create(
+                &PostParams::default(),
+                &service("lb", json!({"type": "LoadBalancer"})),
+            )
+            .await
+            .map_err(|e| HarnessError::kube("creating service lb", e))?;
+        wait_events(&client, "lb", "EnsuredLoadBalancer", 1).await?;
+        let exclude = json!({"metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "true"}}});
+        patch(&Api::<Node>::all(client.clone()), "u2", exclude).await?;
+        wait_events(&client, "lb", "UpdateLoadBalancerFailed", 1).await
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn load_balancer_update_failures() {
+    differential(LoadBalancerUpdateFailures).await;
 }

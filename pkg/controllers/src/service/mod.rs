@@ -948,12 +948,12 @@ impl Shared {
                 "some load balancers could not be updated with the new hosts; re-syncing them"
             );
         }
+        // As upstream, a Service whose hosts could not be updated gets a full sync (an ensure with the
+        // current hosts) at once; its own backoff applies when that fails too.
         for (key, retry_after) in failed {
             match retry_after {
                 Some(delay) => self.queue.add_after(key, delay),
-                None => {
-                    self.queue.add_rate_limited(key, None);
-                }
+                None => self.queue.add(key),
             }
         }
     }
