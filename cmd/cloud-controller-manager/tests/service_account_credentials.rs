@@ -144,7 +144,7 @@ fn is_write(record: &RequestRecord) -> bool {
 async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
     let server = apiserver().await;
     let admin = server.client().unwrap();
-    // Every controller the default --controllers starts (node-route-controller needs
+    // Every controller `--controllers=*,pv-label` starts (node-route-controller needs
     // --allocate-node-cidrs).
     create_accounts(
         &admin,
@@ -157,7 +157,11 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::spawn(&server, dir.path(), &["--node-monitor-period=1s"]);
+    let daemon = Daemon::spawn(
+        &server,
+        dir.path(),
+        &["--node-monitor-period=1s", "--controllers=*,pv-label"],
+    );
 
     let nodes: Api<Node> = Api::all(admin.clone());
     let node = serde_json::from_value(json!({

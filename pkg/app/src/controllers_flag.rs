@@ -1,8 +1,10 @@
 //! The `--controllers` flag: which controllers run.
 //!
 //! Semantics as upstream: each entry is a controller name (canonical or alias), `-name` to disable it, or
-//! `*` for "every controller not otherwise named". For each controller the first entry naming it wins; if no
-//! entry names it, it runs only when `*` is present. Unknown names are an error that lists the valid ones.
+//! `*` for "every controller enabled by default and not otherwise named". For each controller the first entry
+//! naming it wins; if no entry names it, it runs only when `*` is present and it is enabled by default
+//! ([`ControllerName::enabled_by_default`]: all but `pv-label-controller`, which upstream does not have).
+//! Unknown names are an error that lists the valid ones.
 
 use cloud_controllers::ControllerName;
 
@@ -15,6 +17,9 @@ use cloud_controllers::ControllerName;
 /// let on = enabled_controllers(&["*".into(), "-route".into()]).unwrap();
 /// assert!(!on.contains(&ControllerName::NodeRoute));
 /// assert!(on.contains(&ControllerName::CloudNode));
+/// assert!(!on.contains(&ControllerName::PvLabel));
+/// let on = enabled_controllers(&["*".into(), "pv-label".into()]).unwrap();
+/// assert!(on.contains(&ControllerName::PvLabel));
 /// ```
 pub fn enabled_controllers(entries: &[String]) -> Result<Vec<ControllerName>, String> {
     for entry in entries {
@@ -55,7 +60,7 @@ fn is_enabled(controller: ControllerName, entries: &[String]) -> bool {
             return enable;
         }
     }
-    star
+    star && controller.enabled_by_default()
 }
 
 /// `canonical (alias)` for every controller, comma separated.
@@ -78,12 +83,14 @@ mod tests {
     }
 
     #[test]
-    fn star_enables_everything_in_order() {
-        assert_eq!(on(&["*"]), ControllerName::ALL.to_vec());
+    fn star_enables_upstreams_controllers_in_order() {
         assert_eq!(
             on(&["*"]),
-            vec![CloudNode, CloudNodeLifecycle, ServiceLb, NodeRoute, PvLabel]
+            vec![CloudNode, CloudNodeLifecycle, ServiceLb, NodeRoute]
         );
+        assert_eq!(on(&["*", "pv-label"]), ControllerName::ALL.to_vec());
+        assert_eq!(on(&["pv-label", "*"]), ControllerName::ALL.to_vec());
+        assert_eq!(on(&["*", "-pv-label"]), on(&["*"]));
     }
 
     #[test]
@@ -101,10 +108,10 @@ mod tests {
     fn disabling_and_first_match_wins() {
         assert_eq!(
             on(&["*", "-route"]),
-            vec![CloudNode, CloudNodeLifecycle, ServiceLb, PvLabel]
+            vec![CloudNode, CloudNodeLifecycle, ServiceLb]
         );
         assert_eq!(
-            on(&["-node-route-controller", "*"]),
+            on(&["-node-route-controller", "*", "pv-label"]),
             vec![CloudNode, CloudNodeLifecycle, ServiceLb, PvLabel]
         );
         // The first entry naming a controller decides, whatever comes later.

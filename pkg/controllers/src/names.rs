@@ -62,6 +62,14 @@ impl ControllerName {
         }
     }
 
+    /// Whether `*` in `--controllers` includes this controller. k8s.io/cloud-provider has no
+    /// persistent-volume labelling controller, so a cluster switching from upstream keeps its volumes as they
+    /// are unless the operator names `pv-label` (the "disabled by default" controllers of
+    /// kube-controller-manager work the same way).
+    pub fn enabled_by_default(&self) -> bool {
+        !matches!(self, ControllerName::PvLabel)
+    }
+
     /// The short alias, e.g. `cloud-node`.
     pub fn alias(&self) -> &'static str {
         match self {

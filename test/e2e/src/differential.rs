@@ -6,7 +6,7 @@
 //! A run cleans the cluster (Services of the scenario's namespace, every Node, the Events), lets the
 //! scenario create what must exist before the CCM starts, starts the CCM with the same flags and
 //! cloud-config, lets the scenario act and wait for its end state, waits for the controllers' periodic
-//! passes to settle and takes a [`Snapshot`]: every Node and Service without the fields the API server
+//! passes to settle and takes a [`Snapshot`]: every Node, Service and PersistentVolume without the fields the API server
 //! assigns (uid, resourceVersion, timestamps, managedFields, allocated IPs and ports) and the Events by type,
 //! reason, object and reporting component. [`compare`] lists every difference by object and field.
 //!
@@ -19,7 +19,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -96,6 +96,8 @@ pub struct Snapshot {
     pub nodes: BTreeMap<String, Value>,
     /// The scenario namespace's Services by name.
     pub services: BTreeMap<String, Value>,
+    /// PersistentVolumes by name.
+    pub volumes: BTreeMap<String, Value>,
     /// Event occurrences (the sum of `count`) by "type reason kind/namespace/name component".
     pub events: BTreeMap<String, i64>,
     /// The fake cloud's load balancers (by Service) and routes (by node and CIDR).
@@ -201,8 +203,8 @@ pub fn ccm_args(cloud_config: &Path, kubeconfig: &Path) -> Vec<String> {
     ]
 }
 
-/// Removes what a previous run left: the namespace's Services (finalizers dropped), every Node, and the
-/// Events of the namespace.
+/// Removes what a previous run left: the namespace's Services and every PersistentVolume (finalizers
+/// dropped), every Node, and the Events of the namespace.
 pub async fn clean(client: &Client) -> Result<(), HarnessError> {
     let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
     let nodes: Api<Node> = Api::all(client.clone());
@@ -234,6 +236,28 @@ pub async fn clean(client: &Client) -> Result<(), HarnessError> {
             .await
             .map_err(kube("deleting a service"))?;
     }
+    // Without the control plane's pv-protection controller the finalizer would hold a volume forever.
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for volume in volumes
+        .list(&ListParams::default())
+        .await
+        .map_err(kube("listing persistent volumes"))?
+    {
+        let drop_finalizers = json!({"metadata": {"finalizers": null}});
+        let name = volume.name_any();
+        volumes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&drop_finalizers),
+            )
+            .await
+            .map_err(kube("dropping a persistent volume's finalizers"))?;
+        volumes
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map_err(kube("deleting a persistent volume"))?;
+    }
     nodes
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
@@ -258,16 +282,22 @@ pub async fn clean(client: &Client) -> Result<(), HarnessError> {
                     .map_err(kube("listing services"))?
                     .items
                     .len()
-                - 1;
+                - 1
+                + volumes
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(kube("listing persistent volumes"))?
+                    .items
+                    .len();
             Ok(Check::when(left == 0, (), || {
-                format!("{left} nodes and services left")
+                format!("{left} nodes, services and volumes left")
             }))
         },
     )
     .await
 }
 
-/// Reads the cluster's Nodes, the namespace's Services and Events, normalized.
+/// Reads the cluster's Nodes and PersistentVolumes, the namespace's Services and Events, normalized.
 pub async fn snapshot(client: &Client) -> Result<Snapshot, HarnessError> {
     let kube = |what: &'static str| move |e| HarnessError::kube(what, e);
     let nodes: Api<Node> = Api::all(client.clone());
@@ -294,11 +324,28 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, HarnessError> {
                 .insert(service.name_any(), normalize_service(to_value(&service)));
         }
     }
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for volume in volumes
+        .list(&ListParams::default())
+        .await
+        .map_err(kube("listing persistent volumes"))?
+    {
+        let mut value = to_value(&volume);
+        normalize_metadata(&mut value);
+        if let Some(status) = value.get_mut("status").and_then(Value::as_object_mut) {
+            status.remove("lastPhaseTransitionTime");
+        }
+        snapshot.volumes.insert(volume.name_any(), value);
+    }
     for event in events
         .list(&ListParams::default())
         .await
         .map_err(kube("listing events"))?
     {
+        let component = event.source.as_ref().and_then(|s| s.component.as_deref());
+        if component.is_some_and(|c| CONTROL_PLANE_COMPONENTS.contains(&c)) {
+            continue;
+        }
         *snapshot.events.entry(event_key(&event)).or_default() +=
             i64::from(event.count.unwrap_or(1));
     }
@@ -332,6 +379,13 @@ pub async fn cloud_snapshot(admin: &FakeAdmin) -> Result<BTreeMap<String, Value>
 fn to_value<T: serde::Serialize>(object: &T) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
+
+/// Components of the control plane itself whose events are not the CCM's (the API server's repair loops
+/// report on Services the cleanup between runs deletes).
+const CONTROL_PLANE_COMPONENTS: &[&str] = &[
+    "ipallocator-repair-controller",
+    "portallocator-repair-controller",
+];
 
 /// "type reason kind/namespace/name component": what the suite compares of an Event (its message and
 /// timestamps are the implementation's own).
@@ -420,6 +474,7 @@ pub fn compare(upstream: &Snapshot, ours: &Snapshot) -> Vec<String> {
         &ours.services,
         &mut differences,
     );
+    diff_maps("volume", &upstream.volumes, &ours.volumes, &mut differences);
     diff_maps("cloud", &upstream.cloud, &ours.cloud, &mut differences);
     let keys: std::collections::BTreeSet<&String> =
         upstream.events.keys().chain(ours.events.keys()).collect();

@@ -302,6 +302,8 @@ impl LocalCluster {
             // come from "another allocator"): case 3 proves the route controller runs without it.
             "--allocate-node-cidrs=false".into(),
             "--configure-cloud-routes=true".into(),
+            // pv-label-controller is off by default (upstream has none); the suite covers it.
+            "--controllers=*,pv-label".into(),
             "--node-monitor-period=1s".into(),
             "--route-reconciliation-period=1s".into(),
             "--leader-elect=true".into(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use ccm_e2e::differential::{self, DiffConfig, Implementation, NAMESPACE, Scenario};
 use ccm_e2e::well_known::*;
 use ccm_e2e::{Check, HarnessError, wait_for};
-use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -875,4 +875,41 @@ impl Scenario for LoadBalancerUpdateFailures {
 #[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
 async fn load_balancer_update_failures() {
     differential(LoadBalancerUpdateFailures).await;
+}
+
+/// Volumes: k8s.io/cloud-provider has no persistent-volume labelling controller, so with the default
+/// `--controllers` a volume of the cloud's CSI driver stays as it was created.
+struct Volumes;
+
+impl Scenario for Volumes {
+    fn cloud_config(&self) -> String {
+        "clusterID: differential\n".to_string()
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "data"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "csi": {"driver": "fake.csi.cloud", "volumeHandle": "vol-1"}},
+        }))
+        .expect("a valid PersistentVolume");
+        Api::<PersistentVolume>::all(client)
+            .create(&PostParams::default(), &pv)
+            .await
+            .map(drop)
+            .map_err(|e| HarnessError::kube("creating persistent volume data", e))
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        // Nothing to wait for: the settle time after this gives a labeller every chance.
+        drop(client);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and the upstream CCM: hack/upstream/test.sh"]
+async fn volumes() {
+    differential(Volumes).await;
 }
