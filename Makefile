@@ -47,9 +47,10 @@ e2e: ## The end-to-end suite against an embedded API server, the CCM running as 
 e2e-kind: ## The end-to-end suite against a kind cluster (needs docker and kind).
 	hack/e2e-kind.sh
 
-bench: ## Whole-process benchmarks of the release daemon (figures: test/bench/README.md).
+bench: ## Whole-process benchmarks of the release daemon, side by side with upstream's CCM (figures: test/bench/README.md).
 	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
-	$(CARGO) run --release --locked -p ccm-bench --
+	hack/upstream/build.sh
+	$(CARGO) run --release --locked -p ccm-bench -- --upstream target/upstream/bin/upstream-ccm
 
 fmt: ## Format the code.
 	$(CARGO) fmt --all

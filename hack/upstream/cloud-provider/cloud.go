@@ -169,6 +169,13 @@ func (c *cloud) callCounts() map[string]uint64 {
 	return out
 }
 
+// resetCalls forgets the counted calls.
+func (c *cloud) resetCalls() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = map[string]uint64{}
+}
+
 func (c *cloud) ProviderName() string { return providerName }
 
 func (c *cloud) HasClusterID() bool { return c.cfg.ClusterID != "" }

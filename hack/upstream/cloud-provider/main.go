@@ -34,7 +34,7 @@ func main() {
 }
 
 // initializeCloud builds the fake cloud from --cloud-config and, with adminAddress, serves its call
-// counters, load balancers and routes (GET /calls, /loadbalancers, /routes: the Rust fake's admin API).
+// counters, load balancers and routes (GET and DELETE /calls, GET /loadbalancers and /routes: the Rust fake's admin API).
 func initializeCloud(completed *appconfig.CompletedConfig) cloudprovider.Interface {
 	shared := completed.ComponentConfig.KubeCloudShared
 	if shared.CloudProvider.Name != providerName {
@@ -72,6 +72,10 @@ func serveAdmin(address string, c *cloud) error {
 		})
 	}
 	serveJSON("/calls", func() any { return c.callCounts() })
+	mux.HandleFunc("DELETE /calls", func(w http.ResponseWriter, _ *http.Request) {
+		c.resetCalls()
+		w.WriteHeader(http.StatusNoContent)
+	})
 	serveJSON("/loadbalancers", func() any { return c.loadBalancers() })
 	serveJSON("/routes", func() any { return c.routes() })
 	klog.Infof("fake cloud admin API listening on %s", listener.Addr())

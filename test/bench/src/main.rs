@@ -82,6 +82,10 @@ struct Args {
     /// The daemon binary (default: target/release/cloud-controller-manager).
     #[arg(long)]
     daemon: Option<PathBuf>,
+    /// k8s.io/cloud-provider's CCM (hack/upstream, `make upstream`): scenarios a, b and c run with it too,
+    /// on the same API server and fake cloud, and a table gives ours / upstream.
+    #[arg(long)]
+    upstream: Option<PathBuf>,
     /// An extra daemon flag (repeatable), e.g. --daemon-arg=--node-monitor-period=2s.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -157,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
         timeout: Duration::from_secs(args.timeout),
         event_drain: Duration::from_secs(args.event_drain),
         create_concurrency: args.create_concurrency,
+        sigterm_death_is_clean: false,
     };
     if !settings.binary.is_file() {
         bail!(
@@ -173,20 +178,23 @@ async fn main() -> anyhow::Result<()> {
         settings.latency_ms
     );
 
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    for s in &scenarios {
-        eprintln!("[{}] {}", s.id, s.title());
-        let outcome = match scenario::run(s, &settings).await {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                eprintln!("[{}] failed: {error:#}", s.id);
-                Outcome::failed(s.id, &s.title(), &error)
-            }
-        };
-        eprint!("{}", report::table(std::slice::from_ref(&outcome)));
-        outcomes.push(outcome);
-    }
-
+    let outcomes = run_all(&scenarios, &settings, "").await;
+    let upstream = match &args.upstream {
+        Some(binary) => {
+            let compared: Vec<Scenario> = scenarios
+                .iter()
+                .filter(|s| UPSTREAM_SCENARIOS.contains(&s.id))
+                .cloned()
+                .collect();
+            run_all(
+                &compared,
+                &upstream_settings(&settings, binary)?,
+                " (upstream)",
+            )
+            .await
+        }
+        None => Vec::new(),
+    };
     let header = format!(
         "Run at {} on {} cores (load average at start {}), fake cloud latency {} ms per call, daemon {}.\n",
         k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
@@ -198,11 +206,20 @@ async fn main() -> anyhow::Result<()> {
         settings.latency_ms,
         settings.binary.display(),
     );
-    let text = format!(
+    let mut text = format!(
         "{header}\n{}\n{}",
         report::table(&outcomes),
         report::details(&outcomes)
     );
+    if let Some(binary) = &args.upstream {
+        text.push_str(&format!(
+            "\nThe same scenarios with k8s.io/cloud-provider's CCM ({}), on the same API server and fake cloud:\n\n{}\n{}\n{}",
+            binary.display(),
+            report::table(&upstream),
+            report::details(&upstream),
+            report::ratios(&outcomes, &upstream)
+        ));
+    }
     println!("{text}");
     if let Some(path) = &args.write {
         let mut file = std::fs::OpenOptions::new()
@@ -212,10 +229,56 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("cannot open {}", path.display()))?;
         writeln!(file, "{text}").with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if outcomes.iter().any(|o| !o.failures.is_empty()) {
+    if outcomes
+        .iter()
+        .chain(&upstream)
+        .any(|o| !o.failures.is_empty())
+    {
         bail!("some scenarios failed (see the table)");
     }
     Ok(())
+}
+
+/// The scenarios the upstream CCM runs too (the node scenarios; the fake cloud of k8s.io/cloud-provider is
+/// not safe for concurrent load-balancer syncs).
+const UPSTREAM_SCENARIOS: &[&str] = &["a", "b", "c"];
+
+/// Runs `scenarios` one after the other, `label` appended to their titles.
+async fn run_all(scenarios: &[Scenario], settings: &RunSettings, label: &str) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for s in scenarios {
+        eprintln!("[{}{label}] {}", s.id, s.title());
+        let mut outcome = match scenario::run(s, settings).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                eprintln!("[{}{label}] failed: {error:#}", s.id);
+                Outcome::failed(s.id, &s.title(), &error)
+            }
+        };
+        outcome.title.push_str(label);
+        eprint!("{}", report::table(std::slice::from_ref(&outcome)));
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// The settings of the upstream runs: its binary, the JSON content type (the in-memory API server does not
+/// speak protobuf, client-go's default for controller managers), the same extra flags.
+fn upstream_settings(ours: &RunSettings, binary: &std::path::Path) -> anyhow::Result<RunSettings> {
+    if !binary.is_file() {
+        bail!(
+            "the upstream CCM {} does not exist; build it with `make upstream`",
+            binary.display()
+        );
+    }
+    let mut extra_flags = vec!["--kube-api-content-type=application/json".to_string()];
+    extra_flags.extend(ours.extra_flags.iter().cloned());
+    Ok(RunSettings {
+        binary: binary.to_path_buf(),
+        extra_flags,
+        sigterm_death_is_clean: true,
+        ..ours.clone()
+    })
 }
 
 #[cfg(test)]

@@ -153,6 +153,50 @@ pub fn table(outcomes: &[Outcome]) -> String {
     out
 }
 
+/// Ours against upstream, scenario by scenario: each cell is "ours / upstream = ratio" (below 1: ours is
+/// faster, smaller, or stores fewer events).
+pub fn ratios(ours: &[Outcome], upstream: &[Outcome]) -> String {
+    let mut out = String::from(
+        "| Scenario | Wall time | p50 | p99 | Peak RSS | Daemon CPU | Events stored after drain |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for theirs in upstream {
+        let Some(o) = ours.iter().find(|o| o.id == theirs.id) else {
+            continue;
+        };
+        let seconds = |d: Duration| d.as_secs_f64();
+        let cell = |a: f64, b: f64, shown: &dyn Fn(f64) -> String| {
+            let ratio = match a / b {
+                r if !r.is_finite() => "-".to_string(),
+                r if r >= 0.1 || r == 0.0 => format!("{r:.2}"),
+                // A small ratio reads better as "one part in n".
+                r => format!("1/{:.0}", 1.0 / r),
+            };
+            format!("{} / {} = {ratio}", shown(a), shown(b))
+        };
+        let time = |v: f64| format_duration(Duration::from_secs_f64(v));
+        let mib = |v: f64| format!("{:.1} MiB", v / 1024.0);
+        let cpu = |v: f64| format!("{v:.2} s");
+        let count = |v: f64| format!("{v:.0}");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            o.id,
+            cell(seconds(o.wall), seconds(theirs.wall), &time),
+            cell(seconds(o.p50), seconds(theirs.p50), &time),
+            cell(seconds(o.p99), seconds(theirs.p99), &time),
+            cell(o.peak_rss_kib as f64, theirs.peak_rss_kib as f64, &mib),
+            cell(o.cpu_seconds, theirs.cpu_seconds, &cpu),
+            cell(
+                o.events_after_drain as f64,
+                theirs.events_after_drain as f64,
+                &count
+            ),
+        );
+    }
+    out
+}
+
 /// The details list: request and call breakdowns, notes and failures per scenario.
 pub fn details(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
@@ -213,6 +257,37 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    #[test]
+    fn ratios_pair_scenarios_by_id() {
+        let outcome = |id: &str, wall_ms: u64, rss_kib: u64, events: u64| Outcome {
+            id: id.to_string(),
+            wall: ms(wall_ms),
+            peak_rss_kib: rss_kib,
+            events_after_drain: events,
+            ..Outcome::default()
+        };
+        let ours = [
+            outcome("a", 500, 1024, 10),
+            outcome("b", 8000, 2048, 10),
+            outcome("c", 300, 0, 0),
+        ];
+        let upstream = [outcome("b", 16000, 8192, 5), outcome("c", 198_000, 0, 0)];
+        let table = ratios(&ours, &upstream);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(
+            rows[1].starts_with("| c | 300 ms / 198.00 s = 1/660 |"),
+            "{table}"
+        );
+        assert!(rows[1].contains("| 0.0 MiB / 0.0 MiB = - |"), "{table}");
+        assert!(
+            rows[0].starts_with("| b | 8.00 s / 16.00 s = 0.50 |"),
+            "{table}"
+        );
+        assert!(rows[0].contains("| 2.0 MiB / 8.0 MiB = 0.25 |"), "{table}");
+        assert!(rows[0].ends_with("| 10 / 5 = 2.00 |"), "{table}");
     }
 
     #[test]
