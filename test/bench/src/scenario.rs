@@ -618,7 +618,8 @@ async fn run_on(
         use std::os::unix::process::ExitStatusExt;
         status.signal() == Some(15)
     };
-    if !status.success() && !(settings.sigterm_death_is_clean && killed_by_sigterm) {
+    let clean = status.success() || (settings.sigterm_death_is_clean && killed_by_sigterm);
+    if !clean {
         failures.push(format!(
             "the daemon exited with {status} when asked to stop"
         ));
