@@ -24,6 +24,9 @@ const ALLOWED: &[(&str, &str)] = &[(
     "reported\n  with a Warning event `ProvidedNodeIPMismatch` (upstream only logs it)",
 )];
 
+/// A fake cloud with every default: instances are discovered from the nodes.
+const PLAIN_CLOUD: &str = "clusterID: differential\n";
+
 /// How long a scenario may take to reach its end state.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -83,8 +86,8 @@ struct NodeSpec {
     labels: &'static [(&'static str, &'static str)],
     internal_ip: &'static str,
     pod_cidr: Option<&'static str>,
-    provider_id: Option<&'static str>,
-    uninitialized: bool,
+    /// Whether the node is already initialized: provider ID `fake://<name>`, no uninitialized taint.
+    initialized: bool,
     ready: bool,
     provided_ip: Option<&'static str>,
 }
@@ -96,16 +99,23 @@ impl NodeSpec {
             labels: &[],
             internal_ip,
             pod_cidr: None,
-            provider_id: None,
-            uninitialized: true,
+            initialized: false,
             ready: true,
             provided_ip: None,
         }
     }
 
+    /// A node the CCM initialized before (provider ID `fake://<name>`, no uninitialized taint).
+    const fn initialized(name: &'static str, internal_ip: &'static str) -> NodeSpec {
+        NodeSpec {
+            initialized: true,
+            ..NodeSpec::new(name, internal_ip)
+        }
+    }
+
     async fn create(&self, client: &Client) -> Result<(), HarnessError> {
         let mut taints = vec![];
-        if self.uninitialized {
+        if !self.initialized {
             taints
                 .push(json!({"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}));
         }
@@ -118,8 +128,8 @@ impl NodeSpec {
             spec["podCIDR"] = cidr.into();
             spec["podCIDRs"] = json!([cidr]);
         }
-        if let Some(id) = self.provider_id {
-            spec["providerID"] = id.into();
+        if self.initialized {
+            spec["providerID"] = format!("fake://{}", self.name).into();
         }
         let mut labels =
             serde_json::Map::from_iter([("kubernetes.io/hostname".into(), self.name.into())]);
@@ -281,33 +291,19 @@ struct NodeLifecycle;
 
 const LIFECYCLE_NODES: &[NodeSpec] = &[
     NodeSpec {
-        provider_id: Some("fake://running"),
-        uninitialized: false,
         ready: false,
-        ..NodeSpec::new("running", "10.0.6.1")
+        ..NodeSpec::initialized("running", "10.0.6.1")
     },
     NodeSpec {
-        provider_id: Some("fake://stopped"),
-        uninitialized: false,
         ready: false,
-        ..NodeSpec::new("stopped", "10.0.6.2")
+        ..NodeSpec::initialized("stopped", "10.0.6.2")
     },
     NodeSpec {
-        provider_id: Some("fake://gone"),
-        uninitialized: false,
         ready: false,
-        ..NodeSpec::new("gone", "10.0.6.3")
+        ..NodeSpec::initialized("gone", "10.0.6.3")
     },
-    NodeSpec {
-        provider_id: Some("fake://ready-stopped"),
-        uninitialized: false,
-        ..NodeSpec::new("ready-stopped", "10.0.6.4")
-    },
-    NodeSpec {
-        provider_id: Some("fake://restarted"),
-        uninitialized: false,
-        ..NodeSpec::new("restarted", "10.0.6.5")
-    },
+    NodeSpec::initialized("ready-stopped", "10.0.6.4"),
+    NodeSpec::initialized("restarted", "10.0.6.5"),
 ];
 
 impl Scenario for NodeLifecycle {
@@ -361,18 +357,24 @@ async fn node_lifecycle() {
 /// exists.
 struct LoadBalancers;
 
-fn service(name: &str, spec: Value) -> Service {
+/// Creates the Service `name` of the scenarios' namespace: one HTTP port, and `spec` on top.
+async fn create_service(client: &Client, name: &str, spec: Value) -> Result<(), HarnessError> {
     let mut full =
         json!({"ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]});
     if let (Some(full), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
         full.extend(extra.clone());
     }
-    serde_json::from_value(json!({
+    let service: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": full,
     }))
-    .expect("a valid Service")
+    .expect("a valid Service");
+    Api::<Service>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &service)
+        .await
+        .map(drop)
+        .map_err(|e| HarnessError::kube(format!("creating service {name}"), e))
 }
 
 async fn wait_ingress(services: &Api<Service>, name: &str) -> Result<(), HarnessError> {
@@ -391,59 +393,46 @@ async fn wait_ingress(services: &Api<Service>, name: &str) -> Result<(), Harness
 
 impl Scenario for LoadBalancers {
     fn cloud_config(&self) -> String {
-        "clusterID: differential\n".to_string()
+        PLAIN_CLOUD.to_string()
     }
 
     async fn before(&self, client: Client) -> Result<(), HarnessError> {
         let hosts = [
-            NodeSpec {
-                provider_id: Some("fake://host-1"),
-                uninitialized: false,
-                ..NodeSpec::new("host-1", "10.0.7.1")
-            },
-            NodeSpec {
-                provider_id: Some("fake://host-2"),
-                uninitialized: false,
-                ..NodeSpec::new("host-2", "10.0.7.2")
-            },
+            NodeSpec::initialized("host-1", "10.0.7.1"),
+            NodeSpec::initialized("host-2", "10.0.7.2"),
         ];
         create_nodes(&client, &hosts).await
     }
 
     async fn during(&self, client: Client) -> Result<(), HarnessError> {
-        let services: Api<Service> = Api::namespaced(client, NAMESPACE);
-        let create = |s: Service| {
-            let services = services.clone();
-            async move {
-                services
-                    .create(&PostParams::default(), &s)
-                    .await
-                    .map_err(|e| HarnessError::kube("creating a service", e))
-            }
-        };
-        create(service(
+        let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
+        create_service(
+            &client,
             "plain",
             json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local"}),
-        ))
+        )
         .await?;
         wait_ingress(&services, "plain").await?;
-        create(service(
+        create_service(
+            &client,
             "becomes-cluster-ip",
             json!({"type": "LoadBalancer"}),
-        ))
+        )
         .await?;
         wait_ingress(&services, "becomes-cluster-ip").await?;
-        create(service(
+        create_service(
+            &client,
             "requested-ip",
             json!({"type": "LoadBalancer", "loadBalancerIP": "198.51.100.77"}),
-        ))
+        )
         .await?;
-        create(service(
+        create_service(
+            &client,
             "other-class",
             json!({"type": "LoadBalancer", "loadBalancerClass": "example.com/other"}),
-        ))
+        )
         .await?;
-        create(service("cluster-ip", json!({"type": "ClusterIP"}))).await?;
+        create_service(&client, "cluster-ip", json!({"type": "ClusterIP"})).await?;
         wait_ingress(&services, "requested-ip").await?;
         let to_cluster_ip = json!({"spec": {"type": "ClusterIP", "externalTrafficPolicy": null}});
         services
@@ -498,49 +487,33 @@ struct InitializedNodes;
 
 const INITIALIZED_NODES: &[NodeSpec] = &[
     NodeSpec {
-        provider_id: Some("fake://beta-only"),
-        uninitialized: false,
         labels: &[
             (ZONE_BETA_LABEL, "fake-region-1a"),
             (REGION_BETA_LABEL, "fake-region-1"),
             (INSTANCE_TYPE_BETA_LABEL, "fake.small"),
         ],
-        ..NodeSpec::new("beta-only", "10.0.8.1")
+        ..NodeSpec::initialized("beta-only", "10.0.8.1")
     },
     NodeSpec {
-        provider_id: Some("fake://ga-only"),
-        uninitialized: false,
         labels: &[
             (ZONE_LABEL, "fake-region-1a"),
             (REGION_LABEL, "fake-region-1"),
             (INSTANCE_TYPE_LABEL, "fake.small"),
         ],
-        ..NodeSpec::new("ga-only", "10.0.8.2")
+        ..NodeSpec::initialized("ga-only", "10.0.8.2")
     },
     NodeSpec {
-        provider_id: Some("fake://mismatch"),
-        uninitialized: false,
         labels: &[
             (ZONE_BETA_LABEL, "fake-region-1a"),
             (ZONE_LABEL, "fake-region-1b"),
         ],
-        ..NodeSpec::new("mismatch", "10.0.8.3")
+        ..NodeSpec::initialized("mismatch", "10.0.8.3")
     },
+    NodeSpec::initialized("moved", "10.0.8.4"),
+    NodeSpec::initialized("reordered", "10.0.8.5"),
     NodeSpec {
-        provider_id: Some("fake://moved"),
-        uninitialized: false,
-        ..NodeSpec::new("moved", "10.0.8.4")
-    },
-    NodeSpec {
-        provider_id: Some("fake://reordered"),
-        uninitialized: false,
-        ..NodeSpec::new("reordered", "10.0.8.5")
-    },
-    NodeSpec {
-        provider_id: Some("fake://provided"),
-        uninitialized: false,
         provided_ip: Some("10.0.8.7"),
-        ..NodeSpec::new("provided", "10.0.8.6")
+        ..NodeSpec::initialized("provided", "10.0.8.6")
     },
 ];
 
@@ -642,26 +615,16 @@ where
 
 impl Scenario for LoadBalancerUpdates {
     fn cloud_config(&self) -> String {
-        "clusterID: differential\n".to_string()
+        PLAIN_CLOUD.to_string()
     }
 
     async fn before(&self, client: Client) -> Result<(), HarnessError> {
         let hosts = [
+            NodeSpec::initialized("h1", "10.0.10.1"),
+            NodeSpec::initialized("h2", "10.0.10.2"),
             NodeSpec {
-                provider_id: Some("fake://h1"),
-                uninitialized: false,
-                ..NodeSpec::new("h1", "10.0.10.1")
-            },
-            NodeSpec {
-                provider_id: Some("fake://h2"),
-                uninitialized: false,
-                ..NodeSpec::new("h2", "10.0.10.2")
-            },
-            NodeSpec {
-                provider_id: Some("fake://h3"),
-                uninitialized: false,
                 ready: false,
-                ..NodeSpec::new("h3", "10.0.10.3")
+                ..NodeSpec::initialized("h3", "10.0.10.3")
             },
         ];
         create_nodes(&client, &hosts).await
@@ -670,13 +633,7 @@ impl Scenario for LoadBalancerUpdates {
     async fn during(&self, client: Client) -> Result<(), HarnessError> {
         let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
         let nodes: Api<Node> = Api::all(client.clone());
-        services
-            .create(
-                &PostParams::default(),
-                &service("web", json!({"type": "LoadBalancer"})),
-            )
-            .await
-            .map_err(|e| HarnessError::kube("creating service web", e))?;
+        create_service(&client, "web", json!({"type": "LoadBalancer"})).await?;
         wait_events(&client, "web", "EnsuredLoadBalancer", 1).await?;
         let exclude = json!({"metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "true"}}});
         patch(&nodes, "h3", exclude.clone()).await?;
@@ -718,34 +675,26 @@ struct Routes;
 
 impl Scenario for Routes {
     fn cloud_config(&self) -> String {
-        "clusterID: differential\n".to_string()
+        PLAIN_CLOUD.to_string()
     }
 
     async fn before(&self, client: Client) -> Result<(), HarnessError> {
         let nodes = [
             NodeSpec {
-                provider_id: Some("fake://r1"),
-                uninitialized: false,
                 pod_cidr: Some("10.244.11.0/24"),
-                ..NodeSpec::new("r1", "10.0.11.1")
+                ..NodeSpec::initialized("r1", "10.0.11.1")
             },
             NodeSpec {
-                provider_id: Some("fake://r2"),
-                uninitialized: false,
                 pod_cidr: Some("10.244.12.0/24"),
-                ..NodeSpec::new("r2", "10.0.11.2")
+                ..NodeSpec::initialized("r2", "10.0.11.2")
             },
             NodeSpec {
-                provider_id: Some("fake://r3"),
-                uninitialized: false,
                 pod_cidr: Some("10.244.13.0/24"),
-                ..NodeSpec::new("r3", "10.0.11.3")
+                ..NodeSpec::initialized("r3", "10.0.11.3")
             },
             NodeSpec {
-                provider_id: Some("fake://outside"),
-                uninitialized: false,
                 pod_cidr: Some("192.168.50.0/24"),
-                ..NodeSpec::new("outside", "10.0.11.4")
+                ..NodeSpec::initialized("outside", "10.0.11.4")
             },
         ];
         create_nodes(&client, &nodes).await
@@ -802,23 +751,15 @@ faults:
         let nodes = [
             NodeSpec::new("uninitialized", "10.0.12.1"),
             NodeSpec {
-                provider_id: Some("fake://gone"),
-                uninitialized: false,
                 ready: false,
-                ..NodeSpec::new("gone", "10.0.12.2")
+                ..NodeSpec::initialized("gone", "10.0.12.2")
             },
         ];
         create_nodes(&client, &nodes).await
     }
 
     async fn during(&self, client: Client) -> Result<(), HarnessError> {
-        Api::<Service>::namespaced(client.clone(), NAMESPACE)
-            .create(
-                &PostParams::default(),
-                &service("lb", json!({"type": "LoadBalancer"})),
-            )
-            .await
-            .map_err(|e| HarnessError::kube("creating service lb", e))?;
+        create_service(&client, "lb", json!({"type": "LoadBalancer"})).await?;
         // Upstream retries a failed Service after 5 s, then 10 s: two failures, and the snapshot comes
         // well before the third.
         wait_events(&client, "lb", "SyncLoadBalancerFailed", 2).await
@@ -837,33 +778,19 @@ struct LoadBalancerUpdateFailures;
 
 impl Scenario for LoadBalancerUpdateFailures {
     fn cloud_config(&self) -> String {
-        "clusterID: differential\nfaults:\n  update_load_balancer: {errorRate: 1.0}\n".to_string()
+        format!("{PLAIN_CLOUD}faults:\n  update_load_balancer: {{errorRate: 1.0}}\n")
     }
 
     async fn before(&self, client: Client) -> Result<(), HarnessError> {
         let hosts = [
-            NodeSpec {
-                provider_id: Some("fake://u1"),
-                uninitialized: false,
-                ..NodeSpec::new("u1", "10.0.13.1")
-            },
-            NodeSpec {
-                provider_id: Some("fake://u2"),
-                uninitialized: false,
-                ..NodeSpec::new("u2", "10.0.13.2")
-            },
+            NodeSpec::initialized("u1", "10.0.13.1"),
+            NodeSpec::initialized("u2", "10.0.13.2"),
         ];
         create_nodes(&client, &hosts).await
     }
 
     async fn during(&self, client: Client) -> Result<(), HarnessError> {
-        Api::<Service>::namespaced(client.clone(), NAMESPACE)
-            .create(
-                &PostParams::default(),
-                &service("lb", json!({"type": "LoadBalancer"})),
-            )
-            .await
-            .map_err(|e| HarnessError::kube("creating service lb", e))?;
+        create_service(&client, "lb", json!({"type": "LoadBalancer"})).await?;
         wait_events(&client, "lb", "EnsuredLoadBalancer", 1).await?;
         let exclude = json!({"metadata": {"labels": {EXCLUDE_FROM_LB_LABEL: "true"}}});
         patch(&Api::<Node>::all(client.clone()), "u2", exclude).await?;
@@ -883,7 +810,7 @@ struct Volumes;
 
 impl Scenario for Volumes {
     fn cloud_config(&self) -> String {
-        "clusterID: differential\n".to_string()
+        PLAIN_CLOUD.to_string()
     }
 
     async fn before(&self, client: Client) -> Result<(), HarnessError> {
