@@ -144,16 +144,11 @@ fn is_write(record: &RequestRecord) -> bool {
 async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
     let server = apiserver().await;
     let admin = server.client().unwrap();
-    // Every controller `--controllers=*,pv-label` starts (node-route-controller needs
-    // --allocate-node-cidrs).
+    // The accounts of every controller `--controllers=*,pv-label` starts, named like upstream's clients
+    // (both node controllers are node-controller; node-route-controller needs --allocate-node-cidrs).
     create_accounts(
         &admin,
-        &[
-            "cloud-node-controller",
-            "cloud-node-lifecycle-controller",
-            "service-lb-controller",
-            "pv-label-controller",
-        ],
+        &["node-controller", "service-controller", "pvl-controller"],
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
@@ -236,7 +231,7 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
     };
     let all: Vec<String> = log.iter().map(describe).collect();
 
-    // Node writes come from cloud-node-controller's account, service writes from service-lb-controller's.
+    // Node writes come from node-controller's account, service writes from service-controller's.
     let node_writers: BTreeSet<&str> = log
         .iter()
         .filter(|r| r.resource == "nodes" && is_write(r))
@@ -244,13 +239,13 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
         .collect();
     assert_eq!(
         node_writers,
-        BTreeSet::from([sa_user("cloud-node-controller").as_str()]),
+        BTreeSet::from([sa_user("node-controller").as_str()]),
         "{all:#?}"
     );
     assert!(
         log.iter().any(|r| r.resource == "nodes"
             && r.verb == "patch"
-            && r.user == sa_user("cloud-node-controller")
+            && r.user == sa_user("node-controller")
             && r.code == 200),
         "{all:#?}"
     );
@@ -261,7 +256,7 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
         .collect();
     assert_eq!(
         service_writers,
-        BTreeSet::from([sa_user("service-lb-controller").as_str()]),
+        BTreeSet::from([sa_user("service-controller").as_str()]),
         "{all:#?}"
     );
     assert!(
@@ -285,7 +280,7 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
             "{resource}: {all:#?}"
         );
     }
-    // The tokens were asked for by the daemon, one per started controller.
+    // The tokens were asked for by the daemon, for the account of every started controller.
     let token_requests: BTreeSet<(&str, &str)> = log
         .iter()
         .filter(|r| r.resource == "serviceaccounts" && r.subresource == "token")
@@ -294,10 +289,9 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
     assert_eq!(
         token_requests,
         BTreeSet::from([
-            ("cloud-node-controller", DAEMON_USER),
-            ("cloud-node-lifecycle-controller", DAEMON_USER),
-            ("pv-label-controller", DAEMON_USER),
-            ("service-lb-controller", DAEMON_USER),
+            ("node-controller", DAEMON_USER),
+            ("pvl-controller", DAEMON_USER),
+            ("service-controller", DAEMON_USER),
         ]),
         "{all:#?}"
     );
@@ -319,7 +313,7 @@ async fn controllers_write_as_their_service_accounts_and_watch_as_the_daemon() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_service_account_stops_the_daemon() {
     let server = apiserver().await;
-    create_accounts(&server.client().unwrap(), &["cloud-node-controller"]).await;
+    create_accounts(&server.client().unwrap(), &["node-controller"]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::spawn(&server, dir.path(), &["--controllers=cloud-node,service"]);
     let code = daemon.exit_code(Duration::from_secs(30)).await;
@@ -328,7 +322,7 @@ async fn a_missing_service_account_stops_the_daemon() {
     assert!(
         log.contains(
             "--use-service-account-credentials: cannot get a token for ServiceAccount \
-             kube-system/service-lb-controller: 404 NotFound"
+             kube-system/service-controller: 404 NotFound"
         ),
         "log:\n{log}"
     );

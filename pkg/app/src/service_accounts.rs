@@ -2,8 +2,11 @@
 //! own, the way upstream's controller client builder does it.
 //!
 //! For each controller the daemon asks the TokenRequest API, with its own client, for a token of the
-//! ServiceAccount named after the controller in `kube-system`
-//! (`POST /api/v1/namespaces/kube-system/serviceaccounts/<controller>/token`), and builds a client that
+//! ServiceAccount in `kube-system` named like upstream's client of that controller
+//! ([`ControllerName::client_name`]: `node-controller` for both node controllers, `service-controller`,
+//! `route-controller`, `pvl-controller`), so that a cluster that ran upstream's CCM with the flag keeps its
+//! accounts and their RBAC (`POST /api/v1/namespaces/kube-system/serviceaccounts/<name>/token`), and
+//! builds a client that
 //! sends that token instead of the daemon's credentials: same server and CA, nothing else of the daemon's
 //! identity (no token, client certificate or exec plugin), and a token bucket of its own with the
 //! `--kube-api-qps` / `--kube-api-burst` numbers. A background task asks for the next token once 80% of the
@@ -182,7 +185,7 @@ impl TokenRequestIssuer {
                 let hint = match status.code {
                     404 => {
                         " (the ServiceAccount must exist: deploy/rbac-service-account-credentials.yaml \
-                         creates one per controller)"
+                         creates them)"
                     }
                     401 | 403 => {
                         " (the daemon's own credentials need `create` on serviceaccounts/token for this \
@@ -446,7 +449,7 @@ impl std::fmt::Debug for ControllerCredentials {
 
 impl ControllerCredentials {
     /// Gets a first token for the ServiceAccount of every controller in `controllers` (named after the
-    /// controller's canonical name), builds their clients for the server of `base` with `limits`, and starts
+    /// controller's client name, as upstream), builds their clients for the server of `base` with `limits`, and starts
     /// refreshing the tokens. Must be called inside a Tokio runtime.
     pub async fn start(
         issuer: Arc<dyn TokenIssuer>,
@@ -461,9 +464,9 @@ impl ControllerCredentials {
             stop: CancellationToken::new(),
         };
         for controller in controllers {
-            let name = controller.canonical();
+            let name = controller.client_name();
             let token = first_token(issuer.as_ref(), name, FIRST_TOKEN_WAIT).await?;
-            tracing::info!(controller = name, service_account = %format!("{NAMESPACE}/{name}"),
+            tracing::info!(controller = %controller, service_account = %format!("{NAMESPACE}/{name}"),
                 lifetime = ?token.lifetime(), "the controller uses the credentials of its service account");
             let shared = SharedToken::new(token);
             let client =
@@ -576,7 +579,7 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(keep_fresh(
             issuer.clone(),
-            "cloud-node-controller".to_string(),
+            "node-controller".to_string(),
             shared.clone(),
             stop.clone(),
         ));
@@ -586,7 +589,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn tokens_are_refreshed_at_80_percent_of_their_lifetime() {
         let issuer = ScriptedIssuer::new(Duration::from_secs(100), &[]);
-        let first = first_token(issuer.as_ref(), "cloud-node-controller", FIRST_TOKEN_WAIT)
+        let first = first_token(issuer.as_ref(), "node-controller", FIRST_TOKEN_WAIT)
             .await
             .unwrap();
         assert_eq!(first.refresh_at() - issuer.start, Duration::from_secs(80));
@@ -620,7 +623,7 @@ mod tests {
             &[false, true, true, true, true, true],
         );
         let shared = SharedToken::new(
-            first_token(issuer.as_ref(), "cloud-node-controller", FIRST_TOKEN_WAIT)
+            first_token(issuer.as_ref(), "node-controller", FIRST_TOKEN_WAIT)
                 .await
                 .unwrap(),
         );
@@ -638,7 +641,7 @@ mod tests {
         script.extend([true; 8]);
         let capped = ScriptedIssuer::new(Duration::from_secs(1000), &script);
         let shared = SharedToken::new(
-            first_token(capped.as_ref(), "cloud-node-controller", FIRST_TOKEN_WAIT)
+            first_token(capped.as_ref(), "node-controller", FIRST_TOKEN_WAIT)
                 .await
                 .unwrap(),
         );
@@ -656,7 +659,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn first_token_retries_transient_failures_only() {
         let issuer = ScriptedIssuer::new(Duration::from_secs(100), &[true, true]);
-        let token = first_token(issuer.as_ref(), "service-lb-controller", FIRST_TOKEN_WAIT)
+        let token = first_token(issuer.as_ref(), "service-controller", FIRST_TOKEN_WAIT)
             .await
             .unwrap();
         assert!(token.is("token-1"));
@@ -666,7 +669,7 @@ mod tests {
         let failing = ScriptedIssuer::new(Duration::from_secs(100), &[true; 10]);
         let err = first_token(
             failing.as_ref(),
-            "service-lb-controller",
+            "service-controller",
             Duration::from_secs(5),
         )
         .await
@@ -692,13 +695,13 @@ mod tests {
             }
         }
         let started = Instant::now();
-        let err = first_token(&Refusing, "service-lb-controller", FIRST_TOKEN_WAIT)
+        let err = first_token(&Refusing, "service-controller", FIRST_TOKEN_WAIT)
             .await
             .unwrap_err();
         assert_eq!(started.elapsed(), Duration::ZERO);
         assert_eq!(
             err.to_string(),
-            "cannot get a token for ServiceAccount kube-system/service-lb-controller: 404 NotFound"
+            "cannot get a token for ServiceAccount kube-system/service-controller: 404 NotFound"
         );
     }
 

@@ -43,7 +43,7 @@ async fn controller_clients_authenticate_as_their_service_accounts() {
     let server = TestApiServer::start().await.unwrap();
     let daemon = server.client().unwrap();
     for controller in [ControllerName::CloudNode, ControllerName::ServiceLb] {
-        create_account(&daemon, controller.canonical()).await;
+        create_account(&daemon, controller.client_name()).await;
     }
     let issuer: Arc<dyn TokenIssuer> = Arc::new(TokenRequestIssuer::new(
         daemon.clone(),
@@ -75,8 +75,8 @@ async fn controller_clients_authenticate_as_their_service_accounts() {
     assert_eq!(
         node_listers(&server),
         [
-            "system:serviceaccount:kube-system:cloud-node-controller",
-            "system:serviceaccount:kube-system:service-lb-controller"
+            "system:serviceaccount:kube-system:node-controller",
+            "system:serviceaccount:kube-system:service-controller"
         ]
     );
     // The tokens were asked for by the daemon's own identity.
@@ -90,8 +90,8 @@ async fn controller_clients_authenticate_as_their_service_accounts() {
     assert_eq!(
         token_requests,
         [
-            ("cloud-node-controller".to_string(), "admin".to_string()),
-            ("service-lb-controller".to_string(), "admin".to_string())
+            ("node-controller".to_string(), "admin".to_string()),
+            ("service-controller".to_string(), "admin".to_string())
         ]
     );
     credentials.stop().await;
@@ -105,7 +105,7 @@ async fn tokens_are_replaced_before_they_expire() {
         .await
         .unwrap();
     let daemon = server.client().unwrap();
-    create_account(&daemon, "cloud-node-controller").await;
+    create_account(&daemon, "node-controller").await;
     // Two-second tokens: the next one is asked for after 1.6 s.
     let issuer: Arc<dyn TokenIssuer> = Arc::new(TokenRequestIssuer::new(
         daemon,
@@ -140,7 +140,7 @@ async fn tokens_are_replaced_before_they_expire() {
     assert!(token_requests >= 2, "{token_requests} token requests");
     assert_eq!(
         node_listers(&server),
-        ["system:serviceaccount:kube-system:cloud-node-controller"; 2]
+        ["system:serviceaccount:kube-system:node-controller"; 2]
     );
     credentials.stop().await;
 }
@@ -149,7 +149,7 @@ async fn tokens_are_replaced_before_they_expire() {
 async fn a_missing_service_account_is_named() {
     let server = TestApiServer::start().await.unwrap();
     let daemon = server.client().unwrap();
-    create_account(&daemon, "cloud-node-controller").await;
+    create_account(&daemon, "node-controller").await;
     let issuer: Arc<dyn TokenIssuer> = Arc::new(TokenRequestIssuer::new(
         daemon,
         NAMESPACE,
@@ -165,9 +165,9 @@ async fn a_missing_service_account_is_named() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "cannot get a token for ServiceAccount kube-system/pv-label-controller: 404 NotFound: \
-         serviceaccounts \"pv-label-controller\" not found (the ServiceAccount must exist: \
-         deploy/rbac-service-account-credentials.yaml creates one per controller)"
+        "cannot get a token for ServiceAccount kube-system/pvl-controller: 404 NotFound: \
+         serviceaccounts \"pvl-controller\" not found (the ServiceAccount must exist: \
+         deploy/rbac-service-account-credentials.yaml creates them)"
     );
 }
 
@@ -201,8 +201,10 @@ fn strings(value: &serde_yaml::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The optional manifest creates one ServiceAccount per controller, lets the daemon's account request
-/// tokens for exactly those, and grants each controller exactly the writes it makes.
+/// The optional manifest creates the ServiceAccounts of the controllers, named like upstream's clients (the
+/// two node controllers share node-controller), lets the daemon's account request tokens for exactly those,
+/// and grants each controller, through a ClusterRole of its own bound to its account, exactly the writes it
+/// makes.
 #[test]
 fn the_optional_rbac_manifest_matches_the_controllers() {
     let path = concat!(
@@ -218,7 +220,20 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
             .filter(|d| d["kind"].as_str() == Some(kind))
             .collect()
     };
-    let names: Vec<&str> = ControllerName::ALL.iter().map(|c| c.canonical()).collect();
+    let mut names: Vec<&str> = ControllerName::ALL
+        .iter()
+        .map(|c| c.client_name())
+        .collect();
+    names.dedup();
+    assert_eq!(
+        names,
+        [
+            "node-controller",
+            "service-controller",
+            "route-controller",
+            "pvl-controller"
+        ]
+    );
 
     let accounts: Vec<(&str, &str)> = of_kind("ServiceAccount")
         .iter()
@@ -254,23 +269,24 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
 
     for (controller, writes) in CONTROLLER_WRITES {
         let name = controller.canonical();
+        let role_name = format!("cloud-controller-manager:{name}");
         let binding = of_kind("ClusterRoleBinding")
             .into_iter()
-            .find(|b| {
-                b["subjects"]
-                    .as_sequence()
-                    .is_some_and(|s| s.iter().any(|s| s["name"].as_str() == Some(name)))
-            })
-            .unwrap_or_else(|| panic!("no ClusterRoleBinding for {name}"));
+            .find(|b| b["roleRef"]["name"].as_str() == Some(role_name.as_str()))
+            .unwrap_or_else(|| panic!("no ClusterRoleBinding of {role_name}"));
         assert_eq!(binding["subjects"].as_sequence().unwrap().len(), 1);
+        assert_eq!(
+            binding["subjects"][0]["name"].as_str(),
+            Some(controller.client_name()),
+            "{name}"
+        );
         assert_eq!(
             binding["subjects"][0]["namespace"].as_str(),
             Some(NAMESPACE)
         );
-        let role_name = binding["roleRef"]["name"].as_str().unwrap();
         let role = of_kind("ClusterRole")
             .into_iter()
-            .find(|r| r["metadata"]["name"].as_str() == Some(role_name))
+            .find(|r| r["metadata"]["name"].as_str() == Some(role_name.as_str()))
             .unwrap_or_else(|| panic!("no ClusterRole {role_name}"));
         let mut granted: Vec<String> = Vec::new();
         for rule in role["rules"].as_sequence().unwrap() {
