@@ -8,31 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_controllers::ControllerName;
-use cloud_provider::{
-    CloudProvider, Instances, LABEL_INSTANCE_TYPE, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA,
-    Zones,
-};
+use cloud_provider::{LABEL_INSTANCE_TYPE, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA};
 use common::*;
-use provider_fake::{AddressConfig, FakeCloud, FakeConfig, InstanceConfig};
-
-/// The fake cloud seen through the v1 interfaces only.
-struct V1Only(Arc<FakeCloud>);
-
-#[async_trait::async_trait]
-impl CloudProvider for V1Only {
-    fn provider_name(&self) -> &str {
-        self.0.provider_name()
-    }
-    fn instances(&self) -> Option<&dyn Instances> {
-        self.0.instances()
-    }
-    fn zones(&self) -> Option<&dyn Zones> {
-        self.0.zones()
-    }
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
-}
+use provider_fake::{AddressConfig, FakeConfig, InstanceConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_v1_provider_initializes_and_lifecycle_deletes() {

@@ -1,6 +1,7 @@
 //! Behaviours of k8s.io/cloud-provider's controllers that clusters depend on, pinned one test each against
 //! the in-memory API server and the fake cloud. Each test is named after the upstream behaviour.
 
+mod common;
 mod service_harness;
 
 use std::sync::Arc;
@@ -9,9 +10,10 @@ use std::time::Duration;
 use cloud_controllers::metrics::ControllerLabels;
 use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::{
-    CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2, LABEL_REGION, LABEL_ZONE,
-    LoadBalancer, TAINT_SHUTDOWN, TAINT_UNINITIALIZED, Zones,
+    CloudError, CloudProvider, InstanceMetadata, InstancesV2, LABEL_REGION, LABEL_ZONE,
+    LoadBalancer, TAINT_SHUTDOWN, TAINT_UNINITIALIZED,
 };
+use common::V1Only;
 use k8s_openapi::api::core::v1::{
     Event, LoadBalancerStatus, Node, NodeSpec, PersistentVolume, Service, Taint,
 };
@@ -67,6 +69,28 @@ async fn node(env: &Env, name: &str) -> Node {
     env.nodes().get(name).await.expect("node exists")
 }
 
+/// A fake cloud with these explicit instances and every other setting at its default.
+fn cloud(instances: impl IntoIterator<Item = InstanceConfig>) -> FakeConfig {
+    FakeConfig {
+        instances: instances.into_iter().collect(),
+        ..FakeConfig::default()
+    }
+}
+
+/// A running instance with these addresses, in order.
+fn instance(name: &str, addresses: &[(&str, &str)]) -> InstanceConfig {
+    InstanceConfig {
+        addresses: addresses
+            .iter()
+            .map(|(type_, address)| AddressConfig {
+                type_: type_.to_string(),
+                address: address.to_string(),
+            })
+            .collect(),
+        ..InstanceConfig::named(name)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_controller_skips_nodes_without_pod_cidrs() {
     let mut env = Env::new(FakeConfig::default()).await;
@@ -98,10 +122,7 @@ async fn route_controller_skips_nodes_without_pod_cidrs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig::named("stopped")],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([InstanceConfig::named("stopped")]);
     let mut env = Env::new(fake).await;
     let mut stopped = ready_node("stopped", "10.0.0.3");
     stopped
@@ -156,20 +177,10 @@ async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_address_sync_ignores_order_changes() {
-    let address = |type_: &str, address: &str| AddressConfig {
-        type_: type_.into(),
-        address: address.into(),
-    };
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig {
-            addresses: vec![
-                address("ExternalIP", "203.0.113.7"),
-                address("InternalIP", "10.0.0.7"),
-            ],
-            ..InstanceConfig::named("n7")
-        }],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([instance(
+        "n7",
+        &[("ExternalIP", "203.0.113.7"), ("InternalIP", "10.0.0.7")],
+    )]);
     let mut env = Env::new(fake).await;
     // The node has the cloud's addresses in the other order.
     let mut n7 = ready_node("n7", "10.0.0.7");
@@ -384,13 +395,10 @@ impl InstancesV2 for Quirky {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_without_a_provider_id_stays_uninitialized() {
-    let fake = FakeConfig {
-        instances: vec![
-            InstanceConfig::named("anon"),
-            InstanceConfig::named("kubelet-set"),
-        ],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([
+        InstanceConfig::named("anon"),
+        InstanceConfig::named("kubelet-set"),
+    ]);
     let mut env = Env::new(fake).await;
     env.create_node(&uninitialized_node("anon", "10.0.0.8"))
         .await;
@@ -503,10 +511,7 @@ async fn a_panicking_sync_is_reported_and_the_worker_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig::named("pinned")],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([InstanceConfig::named("pinned")]);
     let mut env = Env::new(fake).await;
     let mut pinned = uninitialized_node("pinned", "10.0.0.50");
     pinned.metadata.annotations = Some(
@@ -539,22 +544,10 @@ async fn provided_node_ip_is_validated_even_without_cloud_addresses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn address_sync_writes_against_the_current_resource_version() {
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig {
-            addresses: vec![
-                AddressConfig {
-                    type_: "InternalIP".into(),
-                    address: "10.0.0.8".into(),
-                },
-                AddressConfig {
-                    type_: "ExternalIP".into(),
-                    address: "203.0.113.8".into(),
-                },
-            ],
-            ..InstanceConfig::named("busy")
-        }],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([instance(
+        "busy",
+        &[("InternalIP", "10.0.0.8"), ("ExternalIP", "203.0.113.8")],
+    )]);
     let mut env = Env::new(fake).await;
     env.create_node(&ready_node("busy", "10.0.0.8")).await;
     // The cloud answers slowly while the node changes all the time (a kubelet's heartbeats).
@@ -595,34 +588,9 @@ async fn address_sync_writes_against_the_current_resource_version() {
     env.stop().await.unwrap();
 }
 
-/// The fake cloud seen through the v1 `Instances` and `Zones` interfaces only.
-struct V1Only(Arc<FakeCloud>);
-
-#[async_trait::async_trait]
-impl CloudProvider for V1Only {
-    fn provider_name(&self) -> &str {
-        self.0.provider_name()
-    }
-
-    fn instances(&self) -> Option<&dyn Instances> {
-        self.0.instances()
-    }
-
-    fn zones(&self) -> Option<&dyn Zones> {
-        self.0.zones()
-    }
-
-    fn has_cluster_id(&self) -> bool {
-        true
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_address_sync_costs_one_call_per_node() {
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig::named("v1-a"), InstanceConfig::named("v1-b")],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([InstanceConfig::named("v1-a"), InstanceConfig::named("v1-b")]);
     let mut env = Env::new(fake).await;
     env.create_node(&ready_node("v1-a", "10.0.0.21")).await;
     env.create_node(&ready_node("v1-b", "10.0.0.22")).await;
@@ -750,16 +718,7 @@ async fn service_events_are_upstreams_reasons_messages_and_source() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_address_write_does_not_hold_up_initialization() {
-    let fake = FakeConfig {
-        instances: vec![InstanceConfig {
-            addresses: vec![AddressConfig {
-                type_: "InternalIP".into(),
-                address: "10.0.0.31".into(),
-            }],
-            ..InstanceConfig::named("late")
-        }],
-        ..FakeConfig::default()
-    };
+    let fake = cloud([instance("late", &[("InternalIP", "10.0.0.31")])]);
     let mut env = Env::new(fake).await;
     // The kubelet reported another address, so initialization wants to write the cloud's.
     env.create_node(&uninitialized_node("late", "192.168.0.31"))

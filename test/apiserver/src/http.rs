@@ -557,12 +557,18 @@ mod tests {
 
     #[test]
     fn unrouted_requests_are_described() {
-        let segs = ["api", "v1", "namespaces", "default", "pods", "web-0", "log"];
-        let rec = unrouted_record(
-            &Method::GET,
-            &segs,
-            &Query::default(),
-            ("u".into(), String::new()),
+        let record = |method: Method, segs: &[&str], code: u16| {
+            unrouted_record(
+                &method,
+                segs,
+                &Query::default(),
+                ("u".into(), String::new()),
+                code,
+            )
+        };
+        let rec = record(
+            Method::GET,
+            &["api", "v1", "namespaces", "default", "pods", "web-0", "log"],
             404,
         )
         .unwrap();
@@ -577,12 +583,9 @@ mod tests {
             ),
             ("get", "pods", "default", "web-0", "log", 404)
         );
-        let segs = ["apis", "apps", "v1", "watch", "deployments"];
-        let rec = unrouted_record(
-            &Method::GET,
-            &segs,
-            &Query::default(),
-            ("u".into(), String::new()),
+        let rec = record(
+            Method::GET,
+            &["apis", "apps", "v1", "watch", "deployments"],
             404,
         )
         .unwrap();
@@ -590,26 +593,9 @@ mod tests {
             (rec.verb.as_str(), rec.group.as_str(), rec.resource.as_str()),
             ("watch", "apps", "deployments")
         );
-        let segs = ["api", "v1", "nodes"];
-        let rec = unrouted_record(
-            &Method::PUT,
-            &segs,
-            &Query::default(),
-            ("u".into(), String::new()),
-            405,
-        )
-        .unwrap();
+        let rec = record(Method::PUT, &["api", "v1", "nodes"], 405).unwrap();
         assert_eq!((rec.verb.as_str(), rec.code), ("update", 405));
-        assert!(
-            unrouted_record(
-                &Method::GET,
-                &["metrics"],
-                &Query::default(),
-                ("u".into(), String::new()),
-                404
-            )
-            .is_none()
-        );
+        assert!(record(Method::GET, &["metrics"], 404).is_none());
     }
 
     #[test]

@@ -306,3 +306,25 @@ pub fn addresses(node: &Node) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+
+/// The fake cloud seen through the v1 `Instances` and `Zones` interfaces only (no `InstancesV2`).
+pub struct V1Only(pub Arc<FakeCloud>);
+
+#[async_trait::async_trait]
+impl CloudProvider for V1Only {
+    fn provider_name(&self) -> &str {
+        self.0.provider_name()
+    }
+
+    fn instances(&self) -> Option<&dyn cloud_provider::Instances> {
+        self.0.instances()
+    }
+
+    fn zones(&self) -> Option<&dyn cloud_provider::Zones> {
+        self.0.zones()
+    }
+
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+}
