@@ -13,7 +13,7 @@ use cloud_provider::{
     CloudError, CloudProvider, InstanceMetadata, InstancesV2, LABEL_REGION, LABEL_ZONE,
     LoadBalancer, TAINT_SHUTDOWN, TAINT_UNINITIALIZED,
 };
-use common::V1Only;
+use common::{V1Only, set_ready};
 use k8s_openapi::api::core::v1::{
     Event, LoadBalancerStatus, Node, NodeSpec, PersistentVolume, Service, Taint,
 };
@@ -157,16 +157,7 @@ async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
     .await;
     // Ready again: only the NoSchedule taint this controller owns goes.
     env.fake.start_instance("stopped").unwrap();
-    env.nodes()
-        .patch_status(
-            "stopped",
-            &PatchParams::default(),
-            &Patch::Strategic(
-                json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-            ),
-        )
-        .await
-        .unwrap();
+    set_ready(&env.client, "stopped", "True").await;
     wait_until(WAIT, "the NoSchedule shutdown taint removed", || async {
         taints(&node(&env, "stopped").await)
             == vec![(TAINT_SHUTDOWN.to_string(), "NoExecute".to_string())]
@@ -770,16 +761,7 @@ async fn load_balancers_follow_the_stable_node_set() {
         )
         .await
         .unwrap();
-    env.nodes()
-        .patch_status(
-            "n2",
-            &PatchParams::default(),
-            &Patch::Strategic(
-                json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
-            ),
-        )
-        .await
-        .unwrap();
+    set_ready(&env.client, "n2", "False").await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(env.fake.call_count("update_load_balancer"), updates);
     // A new node is a trigger; the sync then leaves the tainted node out.
