@@ -213,51 +213,11 @@ pub async fn clean(client: &Client) -> Result<(), HarnessError> {
         let what = what.to_string();
         move |e| HarnessError::kube(what, e)
     };
-    for service in services
-        .list(&ListParams::default())
-        .await
-        .map_err(kube("listing services"))?
-    {
-        let name = service.name_any();
-        if name == "kubernetes" {
-            continue;
-        }
-        let drop_finalizers = json!({"metadata": {"finalizers": null}});
-        services
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&drop_finalizers),
-            )
-            .await
-            .map_err(kube("dropping a service's finalizers"))?;
-        services
-            .delete(&name, &DeleteParams::default())
-            .await
-            .map_err(kube("deleting a service"))?;
-    }
-    // Without the control plane's pv-protection controller the finalizer would hold a volume forever.
+    // The finalizers go first: no controller may be left to release them (the CCM is stopped, and the
+    // control plane has no pv-protection controller).
+    force_delete_all(&services, "services", |name| name != "kubernetes").await?;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    for volume in volumes
-        .list(&ListParams::default())
-        .await
-        .map_err(kube("listing persistent volumes"))?
-    {
-        let drop_finalizers = json!({"metadata": {"finalizers": null}});
-        let name = volume.name_any();
-        volumes
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&drop_finalizers),
-            )
-            .await
-            .map_err(kube("dropping a persistent volume's finalizers"))?;
-        volumes
-            .delete(&name, &DeleteParams::default())
-            .await
-            .map_err(kube("deleting a persistent volume"))?;
-    }
+    force_delete_all(&volumes, "persistent volumes", |_| true).await?;
     nodes
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
@@ -295,6 +255,43 @@ pub async fn clean(client: &Client) -> Result<(), HarnessError> {
         },
     )
     .await
+}
+
+/// Deletes every object of `api` whose name is `selected`, its finalizers dropped first.
+async fn force_delete_all<K>(
+    api: &Api<K>,
+    what: &str,
+    selected: impl Fn(&str) -> bool,
+) -> Result<(), HarnessError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let kube = |action: &str| {
+        let what = format!("{action} {what}");
+        move |e| HarnessError::kube(what, e)
+    };
+    let drop_finalizers = json!({"metadata": {"finalizers": null}});
+    for object in api
+        .list(&ListParams::default())
+        .await
+        .map_err(kube("listing"))?
+    {
+        let name = object.name_any();
+        if !selected(&name) {
+            continue;
+        }
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&drop_finalizers),
+        )
+        .await
+        .map_err(kube("dropping the finalizers of"))?;
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .map_err(kube("deleting"))?;
+    }
+    Ok(())
 }
 
 /// Reads the cluster's Nodes and PersistentVolumes, the namespace's Services and Events, normalized.
