@@ -30,8 +30,31 @@ pub const ROLE_SESSION_NAME: &str = "cloud-controller-manager";
 pub struct AwsClients {
     /// EC2.
     pub ec2: aws_sdk_ec2::Client,
-    /// Elastic Load Balancing v2.
+    /// Elastic Load Balancing v2 (network load balancers).
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
+    /// Elastic Load Balancing (classic load balancers).
+    pub elb_classic: aws_sdk_elasticloadbalancing::Client,
+}
+
+/// A client of one SDK crate with the shared credentials, identity cache, HTTP client, retries, timeouts
+/// and metrics, sent to `endpoint`.
+macro_rules! service_client {
+    ($sdk:ident, $endpoint:expr, $credentials:expr, $cache:expr, $http:expr, $config:expr, $metrics:expr) => {{
+        let endpoint = &$endpoint;
+        let mut builder = $sdk::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region($sdk::config::Region::new(endpoint.signing_region.clone()))
+            .credentials_provider($credentials.clone())
+            .identity_cache($cache.clone())
+            .http_client($http.clone())
+            .retry_config(retry_config($config))
+            .timeout_config(timeout_config())
+            .interceptor(MetricsInterceptor::new($metrics.clone()));
+        if let Some(url) = &endpoint.url {
+            builder = builder.endpoint_url(url);
+        }
+        $sdk::Client::from_conf(builder.build())
+    }};
 }
 
 /// An HTTPS client using rustls with the ring crypto provider.
@@ -99,42 +122,40 @@ pub fn build_clients(
         None => base,
         Some(role_arn) => assume_role(config, region, role_arn, base, http.clone(), metrics),
     };
-    // One cache for both clients, so one set of credentials (one AssumeRole call) serves both.
+    // One cache for every client, so one set of credentials (one AssumeRole call) serves them all.
     let cache: SharedIdentityCache = IdentityCache::lazy().build();
 
     let ec2_endpoint = endpoint(config, AwsService::Ec2, region);
-    let mut ec2 = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(ec2_endpoint.signing_region))
-        .credentials_provider(credentials.clone())
-        .identity_cache(cache.clone())
-        .http_client(http.clone())
-        .retry_config(retry_config(config))
-        .timeout_config(timeout_config())
-        .interceptor(MetricsInterceptor::new(metrics.clone()));
-    if let Some(url) = ec2_endpoint.url {
-        ec2 = ec2.endpoint_url(url);
-    }
-
     let elb_endpoint = endpoint(config, AwsService::ElasticLoadBalancing, region);
-    let mut elb = aws_sdk_elasticloadbalancingv2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(aws_sdk_elasticloadbalancingv2::config::Region::new(
-            elb_endpoint.signing_region,
-        ))
-        .credentials_provider(credentials)
-        .identity_cache(cache)
-        .http_client(http)
-        .retry_config(retry_config(config))
-        .timeout_config(timeout_config())
-        .interceptor(MetricsInterceptor::new(metrics.clone()));
-    if let Some(url) = elb_endpoint.url {
-        elb = elb.endpoint_url(url);
-    }
-
+    // The ELB (classic) and ELBv2 APIs share the elasticloadbalancing endpoint.
     AwsClients {
-        ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
-        elb: aws_sdk_elasticloadbalancingv2::Client::from_conf(elb.build()),
+        ec2: service_client!(
+            aws_sdk_ec2,
+            ec2_endpoint,
+            credentials,
+            cache,
+            http,
+            config,
+            metrics
+        ),
+        elb: service_client!(
+            aws_sdk_elasticloadbalancingv2,
+            elb_endpoint,
+            credentials,
+            cache,
+            http,
+            config,
+            metrics
+        ),
+        elb_classic: service_client!(
+            aws_sdk_elasticloadbalancing,
+            elb_endpoint,
+            credentials,
+            cache,
+            http,
+            config,
+            metrics
+        ),
     }
 }
 

@@ -8,7 +8,10 @@
 //!
 //! The daemon registers [`AwsMetrics::global`] in its metrics registry with [`AwsMetrics::register`].
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use aws_smithy_runtime_api::box_error::BoxError;
@@ -57,7 +60,7 @@ pub struct AwsMetrics {
     /// `cloudprovider_aws_api_throttled_requests_total{operation_name}`.
     pub throttled_requests: Family<OperationLabels, Counter>,
     /// Completed calls per operation (the histogram's sample count, readable without encoding).
-    calls: Family<RequestLabels, Counter>,
+    calls: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl Default for AwsMetrics {
@@ -66,7 +69,7 @@ impl Default for AwsMetrics {
             request_duration: Family::new_with_constructor(duration_histogram),
             request_errors: Family::default(),
             throttled_requests: Family::default(),
-            calls: Family::default(),
+            calls: Arc::default(),
         }
     }
 }
@@ -99,11 +102,18 @@ impl AwsMetrics {
 
     /// Calls of `operation` completed so far (successful or not).
     pub fn request_count(&self, operation: &str) -> u64 {
-        let labels = RequestLabels {
-            request: operation.to_string(),
-        };
-        // Reading through `get` does not create the series.
-        self.calls.get(&labels).map(|c| c.get()).unwrap_or(0)
+        self.calls.lock().get(operation).copied().unwrap_or(0)
+    }
+
+    /// Completed calls so far of every operation that can change something in the cloud (all but
+    /// `Describe*`, `Get*` and `List*`), by operation.
+    pub fn mutating_calls(&self) -> BTreeMap<String, u64> {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|(op, _)| !is_read_only(op))
+            .map(|(op, n)| (op.clone(), *n))
+            .collect()
     }
 
     /// Failed calls of `operation` so far.
@@ -135,7 +145,7 @@ impl AwsMetrics {
         self.request_duration
             .get_or_create(&labels)
             .observe(seconds);
-        self.calls.get_or_create(&labels).inc();
+        *self.calls.lock().entry(operation.to_string()).or_default() += 1;
         if failed {
             self.request_errors.get_or_create(&labels).inc();
         }
@@ -148,6 +158,13 @@ impl AwsMetrics {
             })
             .inc();
     }
+}
+
+/// Whether an AWS operation only reads.
+pub fn is_read_only(operation: &str) -> bool {
+    ["Describe", "Get", "List"]
+        .iter()
+        .any(|prefix| operation.starts_with(prefix))
 }
 
 /// Error codes AWS uses for throttling.

@@ -244,7 +244,9 @@ impl AwsCloud {
         vpc_id: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<LbInfo> {
-        let subnets = self.load_balancer_subnets(spec, vpc_id).await?;
+        let subnets = self
+            .load_balancer_subnets(spec.subnets.as_deref(), spec.internal, vpc_id)
+            .await?;
         let mappings = subnet_mappings(spec, &subnets)?;
         tracing::info!(
             load_balancer = name,

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use cloud_provider::{CloudError, Result};
 use ipnet::IpNet;
 
-use super::spec::{ANN_SUBNETS, LbSpec, SpecError};
+use super::spec::{ANN_SUBNETS, SpecError};
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB};
@@ -157,13 +157,15 @@ impl AwsCloud {
             .collect())
     }
 
-    /// The subnets of a new load balancer in `vpc_id`: the annotated ones in annotation order, else discovery.
+    /// The subnets of a load balancer in `vpc_id`: the `annotated` ones (IDs or Name tags) in annotation
+    /// order, else discovery for an `internal` or internet-facing load balancer.
     pub(crate) async fn load_balancer_subnets(
         &self,
-        spec: &LbSpec,
+        annotated: Option<&[String]>,
+        internal: bool,
         vpc_id: &str,
     ) -> Result<Vec<SubnetInfo>> {
-        if let Some(items) = &spec.subnets {
+        if let Some(items) = annotated {
             return self.annotated_subnets(items, vpc_id).await;
         }
         let mut subnets = self
@@ -174,7 +176,7 @@ impl AwsCloud {
         for s in &mut subnets {
             s.public = public.contains(&s.id);
         }
-        let chosen = choose_subnets(&subnets, spec.internal, &self.tagging);
+        let chosen = choose_subnets(&subnets, internal, &self.tagging);
         if !chosen.is_empty() {
             return Ok(chosen);
         }
@@ -189,13 +191,13 @@ impl AwsCloud {
         }
         Err(CloudError::provider(format!(
             "could not find any suitable subnets for the {} load balancer in {vpc_id}: tag {} subnets with {} (or {ANN_SUBNETS} on the Service)",
-            if spec.internal {
+            if internal {
                 "internal"
             } else {
                 "internet-facing"
             },
-            if spec.internal { "private" } else { "public" },
-            if spec.internal {
+            if internal { "private" } else { "public" },
+            if internal {
                 TAG_ROLE_INTERNAL_ELB
             } else {
                 TAG_ROLE_ELB
