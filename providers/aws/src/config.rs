@@ -139,7 +139,30 @@ pub struct CloudConfig {
     pub instance_cache_ttl: Duration,
     /// The `[ServiceOverride "N"]` sections, in file order.
     pub service_overrides: Vec<ServiceOverride>,
+    /// `ClusterServiceLoadBalancerHealthProbeMode` with `ClusterServiceSharedLoadBalancerHealthProbePort` and
+    /// `...Path`: how classic load balancers of `externalTrafficPolicy: Cluster` Services check nodes.
+    pub cluster_health_probe: ClusterHealthProbe,
 }
+
+/// How classic load balancers of `externalTrafficPolicy: Cluster` Services check their nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ClusterHealthProbe {
+    /// Each Service's own node port (upstream's default, `ServiceNodePort`).
+    #[default]
+    ServiceNodePort,
+    /// One HTTP endpoint shared by every Service, kube-proxy's health port by default (`Shared`).
+    Shared {
+        /// The port (default 10256).
+        port: i32,
+        /// The path (default `/healthz`).
+        path: String,
+    },
+}
+
+/// Default port of the shared health probe (kube-proxy's health-check port).
+pub const DEFAULT_SHARED_PROBE_PORT: i32 = 10256;
+/// Default path of the shared health probe.
+pub const DEFAULT_SHARED_PROBE_PATH: &str = "/healthz";
 
 impl Default for CloudConfig {
     fn default() -> Self {
@@ -159,6 +182,7 @@ impl Default for CloudConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             instance_cache_ttl: DEFAULT_INSTANCE_CACHE_TTL,
             service_overrides: Vec::new(),
+            cluster_health_probe: ClusterHealthProbe::default(),
         }
     }
 }
@@ -264,6 +288,9 @@ enum GlobalKey {
     RetryMode,
     MaxAttempts,
     InstanceCacheTtl,
+    HealthProbeMode,
+    SharedHealthProbePort,
+    SharedHealthProbePath,
 }
 
 const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
@@ -284,6 +311,18 @@ const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
     ("RetryMode", GlobalKey::RetryMode),
     ("MaxAttempts", GlobalKey::MaxAttempts),
     ("InstanceCacheTTL", GlobalKey::InstanceCacheTtl),
+    (
+        "ClusterServiceLoadBalancerHealthProbeMode",
+        GlobalKey::HealthProbeMode,
+    ),
+    (
+        "ClusterServiceSharedLoadBalancerHealthProbePort",
+        GlobalKey::SharedHealthProbePort,
+    ),
+    (
+        "ClusterServiceSharedLoadBalancerHealthProbePath",
+        GlobalKey::SharedHealthProbePath,
+    ),
 ];
 
 /// The keys of `[ServiceOverride "N"]`.
@@ -360,6 +399,29 @@ impl Value<'_> {
     }
 }
 
+/// The health-probe keys as read, resolved once the section is read (their order does not matter).
+#[derive(Default)]
+struct ProbeKeys {
+    shared: bool,
+    port: Option<i32>,
+    path: Option<String>,
+}
+
+impl ProbeKeys {
+    fn resolve(&self) -> ClusterHealthProbe {
+        if !self.shared {
+            return ClusterHealthProbe::ServiceNodePort;
+        }
+        ClusterHealthProbe::Shared {
+            port: self.port.unwrap_or(DEFAULT_SHARED_PROBE_PORT),
+            path: self
+                .path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SHARED_PROBE_PATH.to_string()),
+        }
+    }
+}
+
 impl CloudConfig {
     /// Parses and validates a cloud-config file.
     pub fn parse(bytes: &[u8]) -> Result<Self, ConfigError> {
@@ -367,9 +429,10 @@ impl CloudConfig {
         let sections = ini::parse(text)?;
         let mut config = CloudConfig::default();
         let mut families_seen = false;
+        let mut probe = ProbeKeys::default();
         for section in &sections {
             if section.name.eq_ignore_ascii_case("Global") && section.subsection.is_none() {
-                config.apply_global(section, &mut families_seen)?;
+                config.apply_global(section, &mut families_seen, &mut probe)?;
             } else if section.name.eq_ignore_ascii_case("ServiceOverride")
                 && section.subsection.is_some()
             {
@@ -401,6 +464,7 @@ impl CloudConfig {
         &mut self,
         section: &Section,
         families_seen: &mut bool,
+        probe: &mut ProbeKeys,
     ) -> Result<(), ConfigError> {
         let header = section.header();
         let mut seen: Vec<GlobalKey> = Vec::new();
@@ -481,8 +545,32 @@ impl CloudConfig {
                         v.invalid("must be a duration such as 30s, 2m or 0 (at most 1h)")
                     })?
                 }
+                GlobalKey::HealthProbeMode => {
+                    probe.shared = match v.text().trim() {
+                        "" | "ServiceNodePort" => false,
+                        "Shared" => true,
+                        _ => return Err(v.invalid("must be ServiceNodePort or Shared")),
+                    }
+                }
+                GlobalKey::SharedHealthProbePort => {
+                    probe.port = match v.text().trim().parse::<i32>() {
+                        Ok(0) => None,
+                        Ok(n @ 1..=65535) => Some(n),
+                        _ => return Err(v.invalid("must be a port number from 1 to 65535")),
+                    }
+                }
+                GlobalKey::SharedHealthProbePath => {
+                    let path = v.text().trim();
+                    if !path.is_empty()
+                        && (!path.starts_with('/') || path.contains(char::is_whitespace))
+                    {
+                        return Err(v.invalid("must be a path starting with /"));
+                    }
+                    probe.path = Some(path.to_string()).filter(|p| !p.is_empty());
+                }
             }
         }
+        self.cluster_health_probe = probe.resolve();
         Ok(())
     }
 

@@ -77,7 +77,7 @@ mod tests {
     fn calls_in(path: &Path, out: &mut BTreeSet<String>) {
         let text = std::fs::read_to_string(path).unwrap();
         let service = match path.file_name().and_then(|n| n.to_str()) {
-            Some("elbv2.rs") => "elasticloadbalancing",
+            Some("elbv2.rs" | "elb.rs") => "elasticloadbalancing",
             Some("client.rs") => "sts",
             _ => "ec2",
         };

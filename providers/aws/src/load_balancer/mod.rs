@@ -8,6 +8,7 @@
 //! tags, `kubernetes.io/service-name=<ns>/<name>` and the cluster's `owned` tag; nothing without the cluster
 //! tag is ever changed.
 
+pub mod classic;
 pub(crate) mod elbv2;
 pub mod naming;
 pub(crate) mod security_groups;
@@ -30,7 +31,7 @@ use self::spec::{
 };
 use self::subnets::SubnetInfo;
 use crate::cloud::AwsCloud;
-use crate::instances::{Ec2Instance, instance_ref_for_node};
+use crate::instances::{Ec2Instance, InstanceRef, instance_id_from_provider_id};
 use crate::tagging::TAG_SERVICE_NAME;
 
 fn status(lb: &LbInfo) -> LoadBalancerStatus {
@@ -50,12 +51,14 @@ fn service_key(service: &Service) -> String {
     )
 }
 
-/// Whether the node carries every label of the target-node-labels annotation.
+/// Whether the node carries every label of the target-node-labels annotation (an empty value: the label
+/// must exist, with any value), as upstream selects target nodes.
 fn node_selected(node: &Node, labels: &BTreeMap<String, String>) -> bool {
     let have = node.metadata.labels.as_ref();
-    labels
-        .iter()
-        .all(|(k, v)| have.and_then(|l| l.get(k)) == Some(v))
+    labels.iter().all(|(k, v)| {
+        have.and_then(|l| l.get(k))
+            .is_some_and(|value| v.is_empty() || value == v)
+    })
 }
 
 /// The load-balancer attributes the annotations ask for.
@@ -183,47 +186,56 @@ impl AwsCloud {
         Ok(Some(lb))
     }
 
-    /// The instances behind the selected nodes (those with the target-node labels), skipping nodes whose
-    /// instance cannot be found.
-    async fn target_instances(&self, spec: &LbSpec, nodes: &[Node]) -> Vec<Arc<Ec2Instance>> {
-        let selected: Vec<&Node> = nodes
-            .iter()
-            .filter(|n| node_selected(n, &spec.target_node_labels))
-            .collect();
-        let refs: Vec<_> = selected.iter().map(|n| instance_ref_for_node(n)).collect();
-        let resolved = self.resolve(&refs).await;
-        let mut out: Vec<Arc<Ec2Instance>> = Vec::new();
-        for (node, r) in selected.iter().zip(resolved) {
+    /// The cluster's instances behind the selected nodes (those with the target-node labels and a provider
+    /// ID), as upstream picks load-balancer targets. A failed lookup fails the sync: targets are never
+    /// computed from partial information.
+    pub(crate) async fn target_instances(
+        &self,
+        labels: &BTreeMap<String, String>,
+        nodes: &[Node],
+    ) -> Result<Vec<Arc<Ec2Instance>>> {
+        let mut refs = Vec::new();
+        for node in nodes.iter().filter(|n| node_selected(n, labels)) {
             let name = node.metadata.name.as_deref().unwrap_or_default();
-            match r {
-                Ok(Some(inst)) if inst.state != "terminated" => {
-                    if !out.iter().any(|o| o.id == inst.id) {
-                        out.push(inst);
-                    }
+            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            match provider_id
+                .filter(|p| !p.is_empty())
+                .map(instance_id_from_provider_id)
+            {
+                Some(Ok(id)) => refs.push(Ok(InstanceRef::Id(id))),
+                Some(Err(e)) => {
+                    tracing::warn!(node = name, error = %e, "node's provider ID names no instance; not a load-balancer target")
                 }
-                Ok(_) => tracing::warn!(
+                None => tracing::debug!(
                     node = name,
-                    "no instance found for node; not a load-balancer target"
+                    "node has no provider ID yet; not a load-balancer target"
                 ),
-                Err(e) => {
-                    tracing::warn!(node = name, error = %e, "cannot resolve node's instance; not a load-balancer target")
-                }
             }
         }
-        out
+        let mut out: Vec<Arc<Ec2Instance>> = Vec::new();
+        for inst in self.resolve(&refs).await {
+            let Some(inst) = inst? else { continue };
+            let ours = self
+                .tagging
+                .is_ours(inst.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            if ours && inst.state != "terminated" && !out.iter().any(|o| o.id == inst.id) {
+                out.push(inst);
+            }
+        }
+        Ok(out)
     }
 
     /// The VPC of the load balancer: configured, else the existing load balancer's, else the targets'.
-    fn load_balancer_vpc(
+    pub(crate) fn load_balancer_vpc(
         &self,
-        existing: Option<&LbInfo>,
+        existing: Option<&str>,
         targets: &[Arc<Ec2Instance>],
     ) -> Result<String> {
         if let Some(vpc) = &self.config.vpc {
             return Ok(vpc.clone());
         }
-        if let Some(lb) = existing.filter(|lb| !lb.vpc_id.is_empty()) {
-            return Ok(lb.vpc_id.clone());
+        if let Some(vpc) = existing.filter(|v| !v.is_empty()) {
+            return Ok(vpc.to_string());
         }
         targets
             .iter()
@@ -441,23 +453,23 @@ impl AwsCloud {
     ) -> Result<LoadBalancerStatus> {
         let name = self.get_load_balancer_name(cluster_name, service);
         let existing = self.our_load_balancer(&name).await?;
-        match lb_kind(service)? {
-            LbKind::Nlb => {}
-            LbKind::Elsewhere(kind) => {
-                if existing.is_some() {
-                    return Err(SpecError::new(
-                        ANN_TYPE,
-                        format!("cannot change to {kind:?}: this Service already has a network load balancer managed by the cloud-controller-manager (delete and recreate the Service)"),
-                    )
-                    .into());
-                }
-                return Err(CloudError::ImplementedElsewhere);
-            }
+        if existing.is_none() && self.find_classic(&name).await?.is_some() {
+            return Err(SpecError::new(
+                ANN_TYPE,
+                format!(
+                    "cannot update Load Balancer Type annotation {ANN_TYPE:?} after creation for NLB: the Service \
+                     has a classic load balancer (delete and recreate the Service to change the type)"
+                ),
+            )
+            .into());
         }
         let spec = spec::parse(service)?;
         let tags = self.wanted_tags(&spec);
-        let instances = self.target_instances(&spec, nodes).await;
-        let vpc_id = self.load_balancer_vpc(existing.as_ref(), &instances)?;
+        let instances = self
+            .target_instances(&spec.target_node_labels, nodes)
+            .await?;
+        let vpc_id =
+            self.load_balancer_vpc(existing.as_ref().map(|l| l.vpc_id.as_str()), &instances)?;
         let targets: BTreeSet<String> = instances
             .iter()
             .filter(|i| i.vpc_id.is_empty() || i.vpc_id == vpc_id)
@@ -489,9 +501,6 @@ impl AwsCloud {
         service: &Service,
         nodes: &[Node],
     ) -> Result<()> {
-        if let LbKind::Elsewhere(_) = lb_kind(service)? {
-            return Err(CloudError::ImplementedElsewhere);
-        }
         let name = self.get_load_balancer_name(cluster_name, service);
         let spec = spec::parse(service)?;
         let Some(lb) = self.our_load_balancer(&name).await? else {
@@ -500,7 +509,9 @@ impl AwsCloud {
                 service_key(service)
             )));
         };
-        let instances = self.target_instances(&spec, nodes).await;
+        let instances = self
+            .target_instances(&spec.target_node_labels, nodes)
+            .await?;
         let targets: BTreeSet<String> = instances
             .iter()
             .filter(|i| i.vpc_id.is_empty() || i.vpc_id == lb.vpc_id)
@@ -617,6 +628,34 @@ impl AwsCloud {
     }
 }
 
+impl AwsCloud {
+    /// Why a Service handed to the AWS Load Balancer Controller (`nlb-ip`, `external`) is not ours to sync:
+    /// normally [`CloudError::ImplementedElsewhere`]; an error event when it still has a load balancer of
+    /// ours (the type cannot change after creation).
+    async fn handover_error(&self, service: &Service, kind: &str) -> CloudError {
+        let name = default_load_balancer_name(service);
+        let classic = match self.find_classic(&name).await {
+            Ok(found) => found.is_some(),
+            Err(e) => return e,
+        };
+        let network = match self.our_load_balancer(&name).await {
+            Ok(found) => found.is_some(),
+            Err(e) => return e,
+        };
+        if classic || network {
+            return SpecError::new(
+                ANN_TYPE,
+                format!(
+                    "cannot change to {kind:?}: this Service already has a load balancer managed by the \
+                     cloud-controller-manager (delete and recreate the Service)"
+                ),
+            )
+            .into();
+        }
+        CloudError::ImplementedElsewhere
+    }
+}
+
 #[async_trait::async_trait]
 impl LoadBalancer for AwsCloud {
     async fn get_load_balancer(
@@ -625,7 +664,14 @@ impl LoadBalancer for AwsCloud {
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>> {
         let name = self.get_load_balancer_name(cluster_name, service);
-        Ok(self.find_load_balancer(&name).await?.as_ref().map(status))
+        match lb_kind(service) {
+            LbKind::Classic => Ok(self
+                .find_classic(&name)
+                .await?
+                .map(|lb| classic::classic_status(&lb.dns_name))),
+            LbKind::Nlb => Ok(self.find_load_balancer(&name).await?.as_ref().map(status)),
+            LbKind::Elsewhere(_) => Ok(None),
+        }
     }
 
     fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
@@ -638,7 +684,11 @@ impl LoadBalancer for AwsCloud {
         service: &Service,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus> {
-        self.ensure_nlb(cluster_name, service, nodes).await
+        match lb_kind(service) {
+            LbKind::Classic => self.ensure_classic(service, nodes).await,
+            LbKind::Nlb => self.ensure_nlb(cluster_name, service, nodes).await,
+            LbKind::Elsewhere(kind) => Err(self.handover_error(service, &kind).await),
+        }
     }
 
     async fn update_load_balancer(
@@ -647,14 +697,21 @@ impl LoadBalancer for AwsCloud {
         service: &Service,
         nodes: &[Node],
     ) -> Result<()> {
-        self.update_nlb_hosts(cluster_name, service, nodes).await
+        match lb_kind(service) {
+            LbKind::Classic => self.update_classic_hosts(service, nodes).await,
+            LbKind::Nlb => self.update_nlb_hosts(cluster_name, service, nodes).await,
+            LbKind::Elsewhere(kind) => Err(self.handover_error(service, &kind).await),
+        }
     }
 
+    /// Deletes the Service's load balancer of either type, whatever the type annotation says now (a load
+    /// balancer left by a refused type change goes too).
     async fn ensure_load_balancer_deleted(
         &self,
         cluster_name: &str,
         service: &Service,
     ) -> Result<()> {
+        self.delete_classic_lb(service).await?;
         self.delete_nlb(cluster_name, service).await
     }
 }

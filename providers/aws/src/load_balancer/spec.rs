@@ -9,7 +9,8 @@ use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
-/// `nlb` (ours), `nlb-ip` or `external` (the AWS Load Balancer Controller's).
+/// `nlb` (a network load balancer), `nlb-ip` or `external` (the AWS Load Balancer Controller's); anything
+/// else, absent included, is a classic ELB.
 pub const ANN_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
 /// `true`: an internal load balancer (fixed at creation).
 pub const ANN_INTERNAL: &str = "service.beta.kubernetes.io/aws-load-balancer-internal";
@@ -125,6 +126,8 @@ impl From<SpecError> for cloud_provider::CloudError {
 /// Who implements the Service's load balancer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LbKind {
+    /// A classic ELB managed here (upstream's default).
+    Classic,
     /// A network load balancer managed here.
     Nlb,
     /// The AWS Load Balancer Controller (`nlb-ip` or `external`).
@@ -297,7 +300,8 @@ impl LbSpec {
     }
 }
 
-fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+/// The annotation's value, trimmed.
+pub(crate) fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
     service
         .metadata
         .annotations
@@ -306,18 +310,45 @@ fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
         .map(|v| v.trim())
 }
 
-/// Who implements the Service's load balancer, from the type annotation.
-pub fn lb_kind(service: &Service) -> Result<LbKind, SpecError> {
-    match annotation(service, ANN_TYPE) {
-        None | Some("nlb") => Ok(LbKind::Nlb),
-        Some(v @ ("nlb-ip" | "external")) => Ok(LbKind::Elsewhere(v.to_string())),
-        Some(other) => Err(SpecError::new(
-            ANN_TYPE,
-            format!(
-                "unsupported value {other:?}: this provider creates network load balancers (\"nlb\"); \"nlb-ip\" \
-                 and \"external\" are left to the AWS Load Balancer Controller; classic ELBs are not supported"
+/// The client CIDRs the Service admits: `spec.loadBalancerSourceRanges`, else the
+/// `service.beta.kubernetes.io/load-balancer-source-ranges` annotation; `None` when neither restricts them.
+pub(crate) fn source_ranges(service: &Service) -> Result<Option<Vec<IpNet>>, SpecError> {
+    let from_spec = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_source_ranges.clone())
+        .filter(|list| !list.is_empty());
+    let (subject, raw): (&str, Vec<String>) = match from_spec {
+        Some(list) => ("spec.loadBalancerSourceRanges", list),
+        None => match annotation(service, ANNOTATION_LOAD_BALANCER_SOURCE_RANGES) {
+            Some(v) if !v.is_empty() => (
+                ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+                parse_list(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, v)?,
             ),
-        )),
+            _ => return Ok(None),
+        },
+    };
+    let mut ranges: Vec<IpNet> = Vec::new();
+    for item in raw {
+        let net: IpNet = item
+            .trim()
+            .parse()
+            .map_err(|_| SpecError::new(subject, format!("{item:?} is not a CIDR")))?;
+        if !ranges.contains(&net.trunc()) {
+            ranges.push(net.trunc());
+        }
+    }
+    Ok(Some(ranges))
+}
+
+/// Who implements the Service's load balancer, from the type annotation, as upstream reads it: `nlb` is a
+/// network load balancer, `nlb-ip` and `external` belong to the AWS Load Balancer Controller, anything else
+/// (absent included) is a classic ELB.
+pub fn lb_kind(service: &Service) -> LbKind {
+    match annotation(service, ANN_TYPE) {
+        Some("nlb") => LbKind::Nlb,
+        Some(v @ ("nlb-ip" | "external")) => LbKind::Elsewhere(v.to_string()),
+        _ => LbKind::Classic,
     }
 }
 
@@ -810,25 +841,7 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         .transpose()?
         .unwrap_or_default();
 
-    // Client ranges: the spec field, else the annotation.
-    let (ranges_subject, raw_ranges): (&str, Vec<String>) = match spec.load_balancer_source_ranges {
-        Some(list) if !list.is_empty() => ("spec.loadBalancerSourceRanges", list),
-        _ => match annotation(service, ANNOTATION_LOAD_BALANCER_SOURCE_RANGES) {
-            Some(v) if !v.is_empty() => (
-                ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
-                parse_list(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, v)?,
-            ),
-            _ => ("", Vec::new()),
-        },
-    };
-    let mut source_ranges = Vec::new();
-    for raw in raw_ranges {
-        let net: IpNet = raw
-            .trim()
-            .parse()
-            .map_err(|_| SpecError::new(ranges_subject, format!("{raw:?} is not a CIDR")))?;
-        source_ranges.push(net.trunc());
-    }
+    let source_ranges = source_ranges(service)?.unwrap_or_default();
 
     Ok(LbSpec {
         namespace,
@@ -917,7 +930,6 @@ mod tests {
         assert!(spec.additional_tags.is_empty());
         assert_eq!(spec.cross_zone, None);
         assert!(spec.source_ranges.is_empty());
-        assert_eq!(lb_kind(&web(&[])).unwrap(), LbKind::Nlb);
     }
 
     #[test]
@@ -1090,17 +1102,21 @@ mod tests {
 
     #[test]
     fn kinds() {
-        assert_eq!(lb_kind(&web(&[(ANN_TYPE, "nlb")])).unwrap(), LbKind::Nlb);
+        assert_eq!(lb_kind(&web(&[(ANN_TYPE, "nlb")])), LbKind::Nlb);
         assert_eq!(
-            lb_kind(&web(&[(ANN_TYPE, "nlb-ip")])).unwrap(),
+            lb_kind(&web(&[(ANN_TYPE, "nlb-ip")])),
             LbKind::Elsewhere("nlb-ip".into())
         );
         assert_eq!(
-            lb_kind(&web(&[(ANN_TYPE, "external")])).unwrap(),
+            lb_kind(&web(&[(ANN_TYPE, "external")])),
             LbKind::Elsewhere("external".into())
         );
-        let err = lb_kind(&web(&[(ANN_TYPE, "classic")])).unwrap_err();
-        assert_eq!(err.subject, ANN_TYPE);
+        // Upstream's default, and its reading of any other value (case matters).
+        for classic in [None, Some("classic"), Some("NLB"), Some("")] {
+            let annotations: Vec<(&str, &str)> =
+                classic.map(|v| (ANN_TYPE, v)).into_iter().collect();
+            assert_eq!(lb_kind(&web(&annotations)), LbKind::Classic, "{classic:?}");
+        }
     }
 
     /// Every validation error names the annotation or field at fault.

@@ -510,6 +510,20 @@ pub fn lb_service(
     s
 }
 
+/// A LoadBalancer Service asking for a network load balancer (type `nlb` unless `annotations` give a type).
+pub fn nlb_service(
+    name: &str,
+    ports: &[(&str, i32, &str, i32)],
+    annotations: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Service {
+    let type_key = provider_aws::load_balancer::spec::ANN_TYPE;
+    let mut all = annotations.to_vec();
+    if !all.iter().any(|(k, _)| *k == type_key) {
+        all.push((type_key, "nlb"));
+    }
+    lb_service(name, ports, &all)
+}
+
 /// Ingress rules of a security group as (protocol, from, to, cidr, description).
 pub async fn sg_rules(
     ec2: &aws_sdk_ec2::Client,

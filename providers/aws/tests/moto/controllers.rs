@@ -25,7 +25,8 @@ use test_apiserver::TestApiServer;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{World, elb, lb_service, provider, wait_until};
+use crate::common::{World, elb, nlb_service, provider, wait_until};
+use provider_aws::load_balancer::classic::spec::ANN_PROXY_PROTOCOL;
 
 /// The API server, the provider and the running controllers.
 struct Env {
@@ -336,7 +337,7 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
     env.run_service_controller();
 
     // A valid Service gets its NLB and the DNS name as status.
-    let good = lb_service("good", &[("http", 80, "TCP", 0)], &[]);
+    let good = nlb_service("good", &[("http", 80, "TCP", 0)], &[]);
     let created = env
         .services()
         .create(&PostParams::default(), &good)
@@ -372,7 +373,11 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
     // (Service name, annotations, the annotation the Warning must name)
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
-        ("v-type", vec![(ANN_TYPE, "classic")], ANN_TYPE),
+        (
+            "v-classic-proxy",
+            vec![(ANN_TYPE, "classic"), (ANN_PROXY_PROTOCOL, "yes")],
+            ANN_PROXY_PROTOCOL,
+        ),
         ("v-internal", vec![(ANN_INTERNAL, "maybe")], ANN_INTERNAL),
         ("v-subnets", vec![(ANN_SUBNETS, "a,,b")], ANN_SUBNETS),
         (
@@ -512,18 +517,18 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
         ),
     ];
     for (name, annotations, _) in &cases {
-        let svc = lb_service(name, &[("http", 80, "TCP", 0)], annotations);
+        let svc = nlb_service(name, &[("http", 80, "TCP", 0)], annotations);
         env.services()
             .create(&PostParams::default(), &svc)
             .await
             .unwrap();
     }
     // Spec errors name the field.
-    let mut affinity = lb_service("v-affinity", &[("http", 80, "TCP", 0)], &[]);
+    let mut affinity = nlb_service("v-affinity", &[("http", 80, "TCP", 0)], &[]);
     affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
-    let mut lb_ip = lb_service("v-lb-ip", &[("http", 80, "TCP", 0)], &[]);
+    let mut lb_ip = nlb_service("v-lb-ip", &[("http", 80, "TCP", 0)], &[]);
     lb_ip.spec.as_mut().unwrap().load_balancer_ip = Some("203.0.113.9".into());
-    let mixed = lb_service(
+    let mixed = nlb_service(
         "v-mixed",
         &[("dns-tcp", 53, "TCP", 0), ("dns-udp", 53, "UDP", 0)],
         &[],
@@ -571,7 +576,7 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
         ("t-type", ANN_TYPE, "nlb-ip"),
         ("t-scheme", ANN_INTERNAL, "true"),
     ] {
-        let svc = lb_service(name, &[("http", 80, "TCP", 0)], &[]);
+        let svc = nlb_service(name, &[("http", 80, "TCP", 0)], &[]);
         env.services()
             .create(&PostParams::default(), &svc)
             .await

@@ -8,7 +8,7 @@ use cloud_provider::{CloudError, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::{Node, Service};
 use provider_aws::load_balancer::spec::*;
 
-use crate::common::{World, elb, lb_service, node_with_id, provider, sg_rules};
+use crate::common::{World, elb, nlb_service, node_with_id, provider, sg_rules};
 
 /// What ELBv2 holds for one load balancer.
 struct Observed {
@@ -183,7 +183,7 @@ async fn tcp_load_balancer_lifecycle() {
     let a = world.instance(0).await;
     let b = world.instance(1).await;
     let cloud = provider(&world.config("")).await;
-    let svc = lb_service(
+    let svc = nlb_service(
         "web",
         &[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)],
         &[],
@@ -330,7 +330,7 @@ async fn tcp_load_balancer_lifecycle() {
     // Port changes: 443 goes, 8080 comes; the old listener and target group are deleted.
     let old_group = o.group_of(443).target_group_arn().unwrap().to_string();
     let changed = {
-        let mut s = lb_service(
+        let mut s = nlb_service(
             "web",
             &[("http", 80, "TCP", 30080), ("alt", 8080, "TCP", 30808)],
             &[],
@@ -411,7 +411,7 @@ async fn udp_load_balancer() {
     let world = World::new("lbudp").await;
     let a = world.instance(0).await;
     let cloud = provider(&world.config("")).await;
-    let svc = lb_service("dns", &[("dns", 53, "UDP", 30053)], &[]);
+    let svc = nlb_service("dns", &[("dns", 53, "UDP", 30053)], &[]);
     let name = default_load_balancer_name(&svc);
     cloud
         .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
@@ -450,7 +450,7 @@ async fn tls_listeners() {
     let world = World::new("lbtls").await;
     let a = world.instance(0).await;
     let cloud = provider(&world.config("")).await;
-    let svc = lb_service(
+    let svc = nlb_service(
         "shop",
         &[("http", 80, "TCP", 30180), ("https", 443, "TCP", 30543)],
         &[
@@ -488,7 +488,7 @@ async fn tls_listeners() {
 
     // Dropping TLS from 443 turns it back into plain TCP with a TCP target group.
     let mut plain_svc = svc.clone();
-    plain_svc.metadata.annotations = Some(Default::default());
+    plain_svc.metadata.annotations = Some([(ANN_TYPE.to_string(), "nlb".to_string())].into());
     cloud
         .ensure_load_balancer("k", &plain_svc, &nodes_of(std::slice::from_ref(&a)))
         .await
@@ -521,7 +521,7 @@ async fn annotations_take_effect() {
         .unwrap()
         .to_string();
     let cloud = provider(&world.config("")).await;
-    let mut svc = lb_service(
+    let mut svc = nlb_service(
         "internal",
         &[("http", 80, "TCP", 30280)],
         &[
@@ -686,7 +686,7 @@ async fn local_traffic_policy_health_checks() {
     let world = World::new("lblocal").await;
     let a = world.instance(0).await;
     let cloud = provider(&world.config("")).await;
-    let mut svc = lb_service("local", &[("http", 80, "TCP", 30380)], &[]);
+    let mut svc = nlb_service("local", &[("http", 80, "TCP", 30380)], &[]);
     let spec = svc.spec.as_mut().unwrap();
     spec.external_traffic_policy = Some("Local".into());
     spec.health_check_node_port = Some(31999);
@@ -744,7 +744,7 @@ async fn subnets_annotation_by_id_and_name() {
     let a = world.instance(0).await;
     let cloud = provider(&world.config("")).await;
     let by_name = format!("{}-public-us-east-1b", world.cluster_id);
-    let svc = lb_service(
+    let svc = nlb_service(
         "sub",
         &[("http", 80, "TCP", 30480)],
         &[(
@@ -772,7 +772,7 @@ async fn subnets_annotation_by_id_and_name() {
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
 
-    let svc = lb_service(
+    let svc = nlb_service(
         "sub2",
         &[("http", 80, "TCP", 30481)],
         &[(ANN_SUBNETS, "no-such-subnet")],
@@ -792,7 +792,7 @@ async fn load_balancer_type_annotation() {
     let cloud = provider(&world.config("")).await;
     let nodes = nodes_of(&[a]);
     for kind in ["nlb-ip", "external"] {
-        let svc = lb_service("ext", &[("http", 80, "TCP", 30580)], &[(ANN_TYPE, kind)]);
+        let svc = nlb_service("ext", &[("http", 80, "TCP", 30580)], &[(ANN_TYPE, kind)]);
         let err = cloud
             .ensure_load_balancer("k", &svc, &nodes)
             .await
@@ -811,7 +811,7 @@ async fn load_balancer_type_annotation() {
         assert!(observe(&default_load_balancer_name(&svc)).await.is_none());
     }
     // Explicit nlb, then a change of type after creation is refused.
-    let mut svc = lb_service("nlb", &[("http", 80, "TCP", 30581)], &[(ANN_TYPE, "nlb")]);
+    let mut svc = nlb_service("nlb", &[("http", 80, "TCP", 30581)], &[(ANN_TYPE, "nlb")]);
     cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
     annotate(&mut svc, ANN_TYPE, "nlb-ip");
     let err = cloud
@@ -829,7 +829,7 @@ async fn foreign_load_balancers_are_left_alone() {
     let world = World::new("lbforeign").await;
     let a = world.instance(0).await;
     let cloud = provider(&world.config("")).await;
-    let svc = lb_service("theirs", &[("http", 80, "TCP", 30680)], &[]);
+    let svc = nlb_service("theirs", &[("http", 80, "TCP", 30680)], &[]);
     let name = default_load_balancer_name(&svc);
     elb()
         .create_load_balancer()
@@ -861,6 +861,17 @@ async fn targets_register_and_deregister_in_chunks_of_100() {
         .min_count(105)
         .max_count(105)
         .subnet_id(&world.private_subnets[0].0)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(&world.cluster_tag)
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
         .security_group_ids(&world.node_sg)
         .send()
         .await
@@ -875,7 +886,7 @@ async fn targets_register_and_deregister_in_chunks_of_100() {
         .collect();
     assert_eq!(nodes.len(), 105);
     let cloud = provider(&world.config("")).await;
-    let svc = lb_service("many", &[("http", 80, "TCP", 30780)], &[]);
+    let svc = nlb_service("many", &[("http", 80, "TCP", 30780)], &[]);
     let name = default_load_balancer_name(&svc);
     cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
     assert_eq!(cloud.metrics().request_count("RegisterTargets"), 2);
@@ -891,7 +902,7 @@ async fn disabled_security_group_ingress_adds_no_rules() {
     let world = World::new("lbnosg").await;
     let a = world.instance(0).await;
     let cloud = provider(&world.config("DisableSecurityGroupIngress = true")).await;
-    let svc = lb_service("nosg", &[("http", 80, "TCP", 30880)], &[]);
+    let svc = nlb_service("nosg", &[("http", 80, "TCP", 30880)], &[]);
     cloud
         .ensure_load_balancer("k", &svc, &nodes_of(&[a]))
         .await

@@ -10,7 +10,7 @@ use cloud_provider::{
 use provider_aws::CloudConfig;
 
 use crate::common::{
-    ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, World, cloud_config, credentials, lb_service,
+    ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, World, cloud_config, credentials, nlb_service,
     node_with_id, provider,
 };
 
@@ -157,7 +157,7 @@ fn credentials_never_appear_in_logs() {
             tracing::debug!(?cloud, "provider under test");
             let node = node_with_id(&instance.private_dns_name, &instance.provider_id());
             cloud.instance_metadata(&node).await.unwrap();
-            let svc = lb_service("logged", &[("http", 80, "TCP", 31080)], &[]);
+            let svc = nlb_service("logged", &[("http", 80, "TCP", 31080)], &[]);
             cloud
                 .ensure_load_balancer("k", &svc, &[node])
                 .await
