@@ -45,7 +45,8 @@ pub const ANN_HC_UNHEALTHY: &str =
 /// Seconds between health checks (5-300).
 pub const ANN_HC_INTERVAL: &str =
     "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
-/// Health-check timeout in seconds (2-120).
+/// Health-check timeout in seconds: parsed (a whole number) but, as upstream, never sent; AWS applies its
+/// default.
 pub const ANN_HC_TIMEOUT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
 /// `true`/`false`: cross-zone load balancing.
 pub const ANN_CROSS_ZONE: &str =
@@ -237,7 +238,7 @@ pub struct HealthCheck {
     pub path: Option<String>,
     /// Seconds between checks.
     pub interval: i32,
-    /// Seconds before a check fails.
+    /// Seconds before a check fails, as annotated; never sent (AWS's default applies, as upstream).
     pub timeout: i32,
     /// Successes before healthy.
     pub healthy_threshold: i32,
@@ -739,16 +740,9 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         hc.interval = parse_int(ANN_HC_INTERVAL, v, 5, 300)?;
     }
     if let Some(v) = annotation(service, ANN_HC_TIMEOUT) {
-        hc.timeout = parse_int(ANN_HC_TIMEOUT, v, 2, 120)?;
-    }
-    if hc.timeout > hc.interval {
-        return Err(SpecError::new(
-            ANN_HC_TIMEOUT,
-            format!(
-                "the health-check timeout ({}s) must not exceed the interval ({}s, {ANN_HC_INTERVAL})",
-                hc.timeout, hc.interval
-            ),
-        ));
+        hc.timeout = v.parse().map_err(|_| {
+            SpecError::new(ANN_HC_TIMEOUT, format!("must be a whole number, got {v:?}"))
+        })?;
     }
 
     // Tags, attributes, node selection.
@@ -1154,7 +1148,6 @@ mod tests {
             (vec![(ANN_HC_UNHEALTHY, "11")], ANN_HC_UNHEALTHY),
             (vec![(ANN_HC_INTERVAL, "4")], ANN_HC_INTERVAL),
             (vec![(ANN_HC_TIMEOUT, "ten")], ANN_HC_TIMEOUT),
-            (vec![(ANN_HC_TIMEOUT, "60")], ANN_HC_TIMEOUT),
             (vec![(ANN_CROSS_ZONE, "1")], ANN_CROSS_ZONE),
             (vec![(ANN_ACCESS_LOG_ENABLED, "on")], ANN_ACCESS_LOG_ENABLED),
             (

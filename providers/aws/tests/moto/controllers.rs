@@ -448,10 +448,9 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             vec![(ANN_HC_INTERVAL, "301")],
             ANN_HC_INTERVAL,
         ),
-        ("v-hc-timeout", vec![(ANN_HC_TIMEOUT, "1")], ANN_HC_TIMEOUT),
         (
-            "v-hc-timeout-interval",
-            vec![(ANN_HC_TIMEOUT, "60")],
+            "v-hc-timeout",
+            vec![(ANN_HC_TIMEOUT, "ten")],
             ANN_HC_TIMEOUT,
         ),
         (

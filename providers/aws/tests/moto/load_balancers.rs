@@ -575,7 +575,6 @@ async fn annotations_take_effect() {
     assert_eq!(g.healthy_threshold_count(), Some(4));
     assert_eq!(g.unhealthy_threshold_count(), Some(5));
     assert_eq!(g.health_check_interval_seconds(), Some(20));
-    assert_eq!(g.health_check_timeout_seconds(), Some(6));
     // cross-zone and access-log attributes.
     assert_eq!(
         o.attributes
@@ -701,7 +700,6 @@ async fn local_traffic_policy_health_checks() {
     assert_eq!(g.health_check_port(), Some("31999"));
     assert_eq!(g.health_check_path(), Some("/healthz"));
     assert_eq!(g.health_check_interval_seconds(), Some(10));
-    assert_eq!(g.health_check_timeout_seconds(), Some(10));
     assert_eq!(g.healthy_threshold_count(), Some(2));
     assert_eq!(g.unhealthy_threshold_count(), Some(2));
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
@@ -913,6 +911,107 @@ async fn disabled_security_group_ingress_adds_no_rules() {
             .metrics()
             .request_count("AuthorizeSecurityGroupIngress"),
         0
+    );
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+}
+
+/// A load balancer whose target group has a name of its own (created by another controller version) keeps
+/// that group while it serves the port as wanted; a new health-check interval replaces it with a group named
+/// as upstream names it.
+#[tokio::test]
+async fn target_groups_are_kept_whatever_their_names() {
+    let world = World::new("lbadopt").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config("")).await;
+    let mut svc = nlb_service("adopt", &[("http", 80, "TCP", 30990)], &[]);
+    let name = default_load_balancer_name(&svc);
+    let elb = elb();
+    let tags = [
+        (world.cluster_tag.as_str(), "owned"),
+        ("kubernetes.io/service-name", "default/adopt"),
+    ]
+    .map(|(k, v)| {
+        aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+            .key(k)
+            .value(v)
+            .build()
+    });
+    let lb = elb
+        .create_load_balancer()
+        .name(&name)
+        .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+        .subnets(&world.public_subnets[0].0)
+        .set_tags(Some(tags.to_vec()))
+        .send()
+        .await
+        .unwrap();
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
+    let tg = elb
+        .create_target_group()
+        .name("legacy-adopt")
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .port(30990)
+        .vpc_id(&world.vpc_id)
+        .target_type(aws_sdk_elasticloadbalancingv2::types::TargetTypeEnum::Instance)
+        .health_check_protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .health_check_port("traffic-port")
+        .health_check_interval_seconds(30)
+        .healthy_threshold_count(3)
+        .unhealthy_threshold_count(3)
+        .send()
+        .await
+        .unwrap();
+    let legacy = tg.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string();
+    elb.create_listener()
+        .load_balancer_arn(&lb_arn)
+        .port(80)
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .default_actions(
+            aws_sdk_elasticloadbalancingv2::types::Action::builder()
+                .r#type(aws_sdk_elasticloadbalancingv2::types::ActionTypeEnum::Forward)
+                .target_group_arn(&legacy)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let nodes = nodes_of(std::slice::from_ref(&a));
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&name).await.unwrap();
+    assert_eq!(o.group_of(80).target_group_arn(), Some(legacy.as_str()));
+    assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30990));
+    for call in ["CreateTargetGroup", "ModifyTargetGroup", "ModifyListener"] {
+        assert_eq!(cloud.metrics().request_count(call), 0, "{call}");
+    }
+
+    // A new interval cannot be set in place: a new group named as upstream names it takes over.
+    annotate(&mut svc, ANN_HC_INTERVAL, "10");
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&name).await.unwrap();
+    let spec = parse(&svc).unwrap();
+    let wanted = provider_aws::load_balancer::naming::target_group_name(
+        &world.cluster_id,
+        &spec,
+        &spec.ports[0],
+    );
+    let g = o.group_of(80);
+    assert_eq!(g.target_group_name(), Some(wanted.as_str()));
+    assert_eq!(g.health_check_interval_seconds(), Some(10));
+    assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30990));
+    assert!(
+        elb.describe_target_groups()
+            .target_group_arns(&legacy)
+            .send()
+            .await
+            .is_err(),
+        "the replaced target group is deleted"
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
 }
