@@ -152,7 +152,6 @@ pub(crate) struct NewLoadBalancer<'a> {
     pub(crate) name: &'a str,
     pub(crate) internal: bool,
     pub(crate) subnets: Vec<SubnetMapping>,
-    pub(crate) security_groups: Option<Vec<String>>,
     pub(crate) tags: &'a BTreeMap<String, String>,
 }
 
@@ -288,7 +287,6 @@ impl AwsCloud {
                 LoadBalancerSchemeEnum::InternetFacing
             })
             .set_subnet_mappings(Some(mappings))
-            .set_security_groups(new.security_groups)
             .set_tags(Some(elb_tags(new.tags)))
             .send()
             .await
@@ -303,23 +301,6 @@ impl AwsCloud {
             network: true,
             ..LbInfo::from_sdk(lb)
         })
-    }
-
-    /// Sets the load balancer's security groups.
-    pub(crate) async fn set_load_balancer_security_groups(
-        &self,
-        arn: &str,
-        groups: &[String],
-    ) -> std::result::Result<(), crate::error::ApiError> {
-        self.clients
-            .elb
-            .set_security_groups()
-            .load_balancer_arn(arn)
-            .set_security_groups(Some(groups.to_vec()))
-            .send()
-            .await
-            .api("SetSecurityGroups")?;
-        Ok(())
     }
 
     /// Sets the given load-balancer attributes where they differ.

@@ -27,8 +27,8 @@ use self::elbv2::{
 };
 use self::naming::target_group_name;
 use self::spec::{
-    ANN_EIP_ALLOCATIONS, ANN_INTERNAL, ANN_PRIVATE_IPV4, ANN_SECURITY_GROUPS, ANN_TYPE, LbKind,
-    LbSpec, SpecError, lb_kind,
+    ANN_EIP_ALLOCATIONS, ANN_INTERNAL, ANN_PRIVATE_IPV4, ANN_TYPE, LbKind, LbSpec, SpecError,
+    lb_kind,
 };
 use self::subnets::SubnetInfo;
 use crate::cloud::AwsCloud;
@@ -296,19 +296,13 @@ impl AwsCloud {
             name,
             internal: spec.internal,
             subnets: mappings,
-            security_groups: self.wanted_security_groups(spec),
             tags,
         })
         .await
     }
 
-    fn wanted_security_groups(&self, spec: &LbSpec) -> Option<Vec<String>> {
-        spec.security_groups
-            .clone()
-            .or_else(|| self.config.elb_security_group.clone().map(|g| vec![g]))
-    }
-
-    /// Brings an existing load balancer's scheme check, security groups and tags up to date.
+    /// Checks an existing load balancer's type and scheme and adds missing tags. Its security groups are
+    /// left as they are (upstream's behaviour without `NLBSecurityGroupMode = Managed`).
     async fn update_nlb(
         &self,
         lb: &LbInfo,
@@ -331,17 +325,6 @@ impl AwsCloud {
                 ),
             )
             .into());
-        }
-        if let Some(groups) = self.wanted_security_groups(spec) {
-            let have: BTreeSet<&String> = lb.security_groups.iter().collect();
-            let want: BTreeSet<&String> = groups.iter().collect();
-            if have != want {
-                self.set_load_balancer_security_groups(&lb.arn, &groups)
-                    .await
-                    .map_err(|e| {
-                        SpecError::new(ANN_SECURITY_GROUPS, format!("cannot be applied: {e}"))
-                    })?;
-            }
         }
         let current = self
             .elb_resource_tags(std::slice::from_ref(&lb.arn))
@@ -547,7 +530,7 @@ impl AwsCloud {
             .into_iter()
             .filter(|i| targets.contains(&i.id))
             .collect();
-        self.sync_security_groups(&name, Some(&spec), &vpc_id, &target_instances)
+        self.sync_security_groups(&name, Some((&spec, &lb)), &vpc_id, &target_instances)
             .await?;
         Ok(status(&lb))
     }

@@ -82,7 +82,6 @@ mod tests {
             eip_allocations: None,
             private_ipv4_addresses: None,
             target_node_labels: Default::default(),
-            security_groups: None,
             source_ranges: vec![],
             local_traffic: false,
         }

@@ -9,6 +9,8 @@ use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
+use super::classic::spec::ANN_EXTRA_SECURITY_GROUPS;
+
 /// `nlb` (a network load balancer), `nlb-ip` or `external` (the AWS Load Balancer Controller's); anything
 /// else, absent included, is a classic ELB.
 pub const ANN_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
@@ -72,7 +74,9 @@ pub const ANN_PRIVATE_IPV4: &str =
 /// Node labels `k=v,k2=` a node must carry to be a target.
 pub const ANN_TARGET_NODE_LABELS: &str =
     "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
-/// Security-group IDs attached to the load balancer.
+/// Security-group IDs attached to a classic load balancer. Network load balancers ignore it, as upstream
+/// does without `NLBSecurityGroupMode = Managed`: a new one gets no security group, an existing one keeps
+/// its own.
 pub const ANN_SECURITY_GROUPS: &str =
     "service.beta.kubernetes.io/aws-load-balancer-security-groups";
 
@@ -286,8 +290,6 @@ pub struct LbSpec {
     pub private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
     /// Labels a node needs to be a target.
     pub target_node_labels: BTreeMap<String, String>,
-    /// Security groups of the load balancer, when annotated.
-    pub security_groups: Option<Vec<String>>,
     /// Allowed client CIDRs (empty: everyone, or the VPC for internal load balancers).
     pub source_ranges: Vec<IpNet>,
     /// `externalTrafficPolicy: Local`.
@@ -532,16 +534,12 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
             Some(ips)
         }
     };
-    let security_groups = match annotation(service, ANN_SECURITY_GROUPS) {
-        None => None,
-        Some(v) => {
-            let ids = parse_list(ANN_SECURITY_GROUPS, v)?;
-            for id in &ids {
-                resource_id(ANN_SECURITY_GROUPS, id, "sg-")?;
-            }
-            Some(ids)
-        }
-    };
+    if annotation(service, ANN_EXTRA_SECURITY_GROUPS).is_some() {
+        return Err(SpecError::new(
+            ANN_EXTRA_SECURITY_GROUPS,
+            "BYO extra security groups are not supported by NLB",
+        ));
+    }
 
     // TLS.
     let certificate = annotation(service, ANN_SSL_CERT).map(str::to_string);
@@ -851,7 +849,6 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         eip_allocations,
         private_ipv4_addresses,
         target_node_labels,
-        security_groups,
         source_ranges,
         local_traffic,
     })
@@ -980,7 +977,7 @@ mod tests {
             ),
             (ANN_PRIVATE_IPV4, "10.0.1.10,10.0.2.10"),
             (ANN_TARGET_NODE_LABELS, "lb=yes,edge="),
-            (ANN_SECURITY_GROUPS, "sg-1,sg-2"),
+            (ANN_SECURITY_GROUPS, "ignored by network load balancers"),
             (
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
                 "10.0.0.0/8, 192.168.1.7/24",
@@ -1045,10 +1042,6 @@ mod tests {
         assert_eq!(
             spec.target_node_labels.get("edge").map(String::as_str),
             Some("")
-        );
-        assert_eq!(
-            spec.security_groups,
-            Some(vec!["sg-1".into(), "sg-2".into()])
         );
         assert_eq!(
             spec.source_ranges,
@@ -1180,7 +1173,10 @@ mod tests {
             ),
             (vec![(ANN_PRIVATE_IPV4, "10.0.0.3")], ANN_PRIVATE_IPV4),
             (vec![(ANN_TARGET_NODE_LABELS, "=x")], ANN_TARGET_NODE_LABELS),
-            (vec![(ANN_SECURITY_GROUPS, "web-sg")], ANN_SECURITY_GROUPS),
+            (
+                vec![(ANN_EXTRA_SECURITY_GROUPS, "sg-1")],
+                ANN_EXTRA_SECURITY_GROUPS,
+            ),
             (
                 vec![(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, "10.0.0.0/33")],
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,

@@ -75,7 +75,8 @@ pub(crate) fn choose_subnets(
 }
 
 impl AwsCloud {
-    async fn describe_subnets(
+    /// Every page of a DescribeSubnets query.
+    pub(crate) async fn describe_subnets(
         &self,
         filters: Vec<aws_sdk_ec2::types::Filter>,
     ) -> Result<Vec<SubnetInfo>> {

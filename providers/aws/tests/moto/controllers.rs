@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{World, elb, nlb_service, provider, wait_until};
-use provider_aws::load_balancer::classic::spec::ANN_PROXY_PROTOCOL;
+use provider_aws::load_balancer::classic::spec::{ANN_EXTRA_SECURITY_GROUPS, ANN_PROXY_PROTOCOL};
 
 /// The API server, the provider and the running controllers.
 struct Env {
@@ -502,9 +502,9 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_TARGET_NODE_LABELS,
         ),
         (
-            "v-sgs",
-            vec![(ANN_SECURITY_GROUPS, "default")],
-            ANN_SECURITY_GROUPS,
+            "v-extra-sgs",
+            vec![(ANN_EXTRA_SECURITY_GROUPS, "sg-1")],
+            ANN_EXTRA_SECURITY_GROUPS,
         ),
         (
             "v-ranges",

@@ -256,23 +256,13 @@ async fn tcp_load_balancer_lifecycle() {
         );
     }
 
-    // Node security-group rules: clients on the node ports, health checks from the VPC, path MTU.
+    // Node security-group rules: clients on the node ports and path MTU; the client rules from everyone
+    // on the traffic ports cover the health checks, so there are no health rules.
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
     let client = format!("kubernetes.io/rule/nlb/client={name}");
-    let health = format!("kubernetes.io/rule/nlb/health={name}");
     for port in [30080, 30443] {
         assert!(
             rules.contains(&("tcp".into(), port, port, "0.0.0.0/0".into(), client.clone())),
-            "{rules:?}"
-        );
-        assert!(
-            rules.contains(&(
-                "tcp".into(),
-                port,
-                port,
-                world.vpc_cidr.clone(),
-                health.clone()
-            )),
             "{rules:?}"
         );
     }
@@ -283,7 +273,7 @@ async fn tcp_load_balancer_lifecycle() {
         "0.0.0.0/0".into(),
         "kubernetes.io/rule/nlb/mtu".into()
     )));
-    assert_eq!(rules.len(), 5);
+    assert_eq!(rules.len(), 3, "{rules:?}");
 
     // A second ensure changes nothing.
     let creates = cloud.metrics().request_count("CreateListener")
@@ -429,14 +419,16 @@ async fn udp_load_balancer() {
         "0.0.0.0/0".into(),
         format!("kubernetes.io/rule/nlb/client={name}")
     )));
-    // The health check is a TCP connection to the traffic port.
-    assert!(rules.contains(&(
-        "tcp".into(),
-        30053,
-        30053,
-        world.vpc_cidr.clone(),
-        format!("kubernetes.io/rule/nlb/health={name}")
-    )));
+    // The health check is a TCP connection to the traffic port, from the load balancer's subnets.
+    for (_, _, cidr) in &world.public_subnets {
+        assert!(rules.contains(&(
+            "tcp".into(),
+            30053,
+            30053,
+            cidr.clone(),
+            format!("kubernetes.io/rule/nlb/health={name}")
+        )));
+    }
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(observe(&name).await.is_none());
 }
@@ -628,9 +620,10 @@ async fn annotations_take_effect() {
     );
     // target-node-labels: only the labelled node is a target.
     assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30280));
-    // security-groups on the load balancer.
-    assert_eq!(o.lb.security_groups(), std::slice::from_ref(&extra_sg));
-    // Source ranges admit only those clients; the health check port gets the VPC range.
+    // The security-groups annotation is ignored by network load balancers (as upstream without
+    // NLBSecurityGroupMode = Managed).
+    assert!(o.lb.security_groups().is_empty(), "{:?}", o.lb);
+    // Source ranges admit only those clients; the health check port gets the load balancer's subnets.
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
     assert!(rules.contains(&(
         "tcp".into(),
@@ -639,13 +632,15 @@ async fn annotations_take_effect() {
         "192.168.0.0/16".into(),
         format!("kubernetes.io/rule/nlb/client={name}")
     )));
-    assert!(rules.contains(&(
-        "tcp".into(),
-        10256,
-        10256,
-        world.vpc_cidr.clone(),
-        format!("kubernetes.io/rule/nlb/health={name}")
-    )));
+    for (_, _, cidr) in &world.private_subnets {
+        assert!(rules.contains(&(
+            "tcp".into(),
+            10256,
+            10256,
+            cidr.clone(),
+            format!("kubernetes.io/rule/nlb/health={name}")
+        )));
+    }
     assert!(!rules.iter().any(|r| r.3 == "0.0.0.0/0"), "{rules:?}");
 
     // Changing tags and attributes later is reconciled on the existing load balancer.
@@ -707,7 +702,7 @@ async fn local_traffic_policy_health_checks() {
         "tcp".into(),
         31999,
         31999,
-        world.vpc_cidr.clone(),
+        world.public_subnets[0].2.clone(),
         format!("kubernetes.io/rule/nlb/health={name}")
     )));
 
@@ -1014,4 +1009,47 @@ async fn target_groups_are_kept_whatever_their_names() {
         "the replaced target group is deleted"
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+}
+
+/// `[Global] ElbSecurityGroup` belongs to classic load balancers: a network load balancer never gets it, and
+/// node rules never go into it. An internal load balancer without source ranges admits every client, as
+/// upstream's does.
+#[tokio::test]
+async fn elb_security_group_is_classic_only() {
+    let world = World::new("lbelbsg").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config(&format!("ElbSecurityGroup = {}", world.node_sg))).await;
+    let svc = nlb_service(
+        "elbsg",
+        &[("http", 80, "TCP", 30991)],
+        &[(ANN_INTERNAL, "true")],
+    );
+    let name = default_load_balancer_name(&svc);
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
+        .await
+        .unwrap();
+    let o = observe(&name).await.unwrap();
+    assert!(o.lb.security_groups().is_empty(), "{:?}", o.lb);
+    assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+
+    let cloud = provider(&world.config("")).await;
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
+        .await
+        .unwrap();
+    let rules = sg_rules(&world.ec2, &world.node_sg).await;
+    assert!(
+        rules.contains(&(
+            "tcp".into(),
+            30991,
+            30991,
+            "0.0.0.0/0".into(),
+            format!("kubernetes.io/rule/nlb/client={name}")
+        )),
+        "{rules:?}"
+    );
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
 }
