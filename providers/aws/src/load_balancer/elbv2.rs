@@ -634,7 +634,7 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Sets the given target-group attributes where they differ.
+    /// Sets the given target-group attributes where they differ, skipping those the group does not list.
     pub(crate) async fn sync_target_group_attributes(
         &self,
         tg_arn: &str,
@@ -660,7 +660,13 @@ impl AwsCloud {
                 ))
             })
             .collect();
-        let changes: Vec<TargetGroupAttribute> = attribute_changes(wanted, &current)
+        // As upstream: an attribute the target group does not list is not supported for it and is skipped.
+        let supported: BTreeMap<String, String> = wanted
+            .iter()
+            .filter(|(k, _)| current.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let changes: Vec<TargetGroupAttribute> = attribute_changes(&supported, &current)
             .map(|(k, v)| TargetGroupAttribute::builder().key(k).value(v).build())
             .collect();
         if changes.is_empty() {

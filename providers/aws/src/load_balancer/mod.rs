@@ -86,26 +86,26 @@ fn needs_new_group(
     tg.protocol != port.target_protocol.as_str() || tg.health_check.needs_new_group(wanted)
 }
 
-/// The load-balancer attributes the annotations ask for.
+/// The load-balancer attributes, as upstream reconciles them: cross-zone load balancing and access logs
+/// are always set (off unless annotated true); the log bucket and prefix only while logs are on (ELBv2
+/// refuses an empty bucket).
 fn wanted_lb_attributes(spec: &LbSpec) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    if let Some(cross_zone) = spec.cross_zone {
-        out.insert(
+    let mut out = BTreeMap::from([
+        (
             "load_balancing.cross_zone.enabled".to_string(),
-            cross_zone.to_string(),
-        );
-    }
-    if let Some(log) = &spec.access_log {
-        out.insert(
+            spec.cross_zone.to_string(),
+        ),
+        (
             "access_logs.s3.enabled".to_string(),
-            log.enabled.to_string(),
-        );
-        if let Some(bucket) = &log.bucket {
-            out.insert("access_logs.s3.bucket".to_string(), bucket.clone());
-        }
-        if let Some(prefix) = &log.prefix {
-            out.insert("access_logs.s3.prefix".to_string(), prefix.clone());
-        }
+            spec.access_log.enabled.to_string(),
+        ),
+    ]);
+    if spec.access_log.enabled {
+        let log = &spec.access_log;
+        let bucket = log.bucket.clone().unwrap_or_default();
+        out.insert("access_logs.s3.bucket".to_string(), bucket);
+        let prefix = log.prefix.clone().unwrap_or_default();
+        out.insert("access_logs.s3.prefix".to_string(), prefix);
     }
     out
 }
@@ -780,9 +780,37 @@ mod tests {
             BTreeMap::from([
                 ("access_logs.s3.bucket".to_string(), "logs".to_string()),
                 ("access_logs.s3.enabled".to_string(), "true".to_string()),
+                ("access_logs.s3.prefix".to_string(), "".to_string()),
                 (
                     "load_balancing.cross_zone.enabled".to_string(),
                     "true".to_string()
+                ),
+            ])
+        );
+    }
+
+    /// Without annotations cross-zone load balancing and access logs are switched off (an annotation
+    /// removed later turns them off again), and nothing is said about the log bucket.
+    #[test]
+    fn attributes_default_to_off() {
+        let mut svc = Service::default();
+        svc.metadata.name = Some("s".into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let spec = spec::parse(&svc).unwrap();
+        assert_eq!(
+            wanted_lb_attributes(&spec),
+            BTreeMap::from([
+                ("access_logs.s3.enabled".to_string(), "false".to_string()),
+                (
+                    "load_balancing.cross_zone.enabled".to_string(),
+                    "false".to_string()
                 ),
             ])
         );

@@ -378,7 +378,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             vec![(ANN_TYPE, "classic"), (ANN_PROXY_PROTOCOL, "yes")],
             ANN_PROXY_PROTOCOL,
         ),
-        ("v-internal", vec![(ANN_INTERNAL, "maybe")], ANN_INTERNAL),
         ("v-subnets", vec![(ANN_SUBNETS, "a,,b")], ANN_SUBNETS),
         (
             "v-subnets-unknown",
@@ -412,11 +411,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_BACKEND_PROTOCOL,
         ),
         (
-            "v-tags",
-            vec![(ANN_ADDITIONAL_TAGS, "=x")],
-            ANN_ADDITIONAL_TAGS,
-        ),
-        (
             "v-tags-reserved",
             vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")],
             ANN_ADDITIONAL_TAGS,
@@ -427,11 +421,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_HC_PROTOCOL,
         ),
         ("v-hc-port", vec![(ANN_HC_PORT, "0")], ANN_HC_PORT),
-        (
-            "v-hc-path",
-            vec![(ANN_HC_PATH, "/tcp-has-no-path")],
-            ANN_HC_PATH,
-        ),
         (
             "v-hc-path-form",
             vec![(ANN_HC_PROTOCOL, "HTTP"), (ANN_HC_PATH, "x")],
@@ -460,7 +449,7 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
         ),
         (
             "v-log-enabled",
-            vec![(ANN_ACCESS_LOG_ENABLED, "1")],
+            vec![(ANN_ACCESS_LOG_ENABLED, "on")],
             ANN_ACCESS_LOG_ENABLED,
         ),
         (
@@ -496,11 +485,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_PRIVATE_IPV4,
         ),
         ("v-ip-subnet", vec![private_ip, internal], ANN_PRIVATE_IPV4),
-        (
-            "v-node-labels",
-            vec![(ANN_TARGET_NODE_LABELS, "=a")],
-            ANN_TARGET_NODE_LABELS,
-        ),
         (
             "v-extra-sgs",
             vec![(ANN_EXTRA_SECURITY_GROUPS, "sg-1")],
