@@ -127,17 +127,12 @@ impl AwsCloud {
         vpc_id: &str,
         subnet_ids: &[String],
     ) -> Result<HashSet<String>> {
-        let out = self
-            .clients
-            .ec2
-            .describe_route_tables()
-            .filters(filter("vpc-id", [vpc_id]))
-            .send()
-            .await
-            .api("DescribeRouteTables")?;
+        let tables = self
+            .describe_route_tables(vec![filter("vpc-id", [vpc_id])])
+            .await?;
         let mut explicit: HashMap<String, bool> = HashMap::new();
         let mut main_public = false;
-        for table in out.route_tables() {
+        for table in &tables {
             let public = table
                 .routes()
                 .iter()
