@@ -18,6 +18,11 @@ use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::config::{IdentityCache, Region, SharedHttpClient, SharedIdentityCache};
 use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
 
 use crate::config::{AwsService, CloudConfig, RetryMode};
 use crate::metrics::{AwsMetrics, MetricsInterceptor};
@@ -126,8 +131,8 @@ pub fn build_clients(
     let cache: SharedIdentityCache = IdentityCache::lazy().build();
 
     let ec2_endpoint = endpoint(config, AwsService::Ec2, region);
-    let elb_endpoint = endpoint(config, AwsService::ElasticLoadBalancing, region);
-    // The ELB (classic) and ELBv2 APIs share the elasticloadbalancing endpoint.
+    let elb_endpoint = endpoint(config, AwsService::ElasticLoadBalancingV2, region);
+    let classic_endpoint = endpoint(config, AwsService::ElasticLoadBalancingClassic, region);
     AwsClients {
         ec2: service_client!(
             aws_sdk_ec2,
@@ -149,7 +154,7 @@ pub fn build_clients(
         ),
         elb_classic: service_client!(
             aws_sdk_elasticloadbalancing,
-            elb_endpoint,
+            classic_endpoint,
             credentials,
             cache,
             http,
@@ -178,7 +183,11 @@ fn assume_role(
         .http_client(http)
         .retry_config(retry_config(config))
         .timeout_config(timeout_config())
-        .interceptor(MetricsInterceptor::new(metrics.clone()));
+        .interceptor(MetricsInterceptor::new(metrics.clone()))
+        .interceptor(SourceHeaders(source_headers(
+            role_arn,
+            config.source_arn.as_deref(),
+        )));
     if let Some(url) = sts_endpoint.url {
         sts = sts.endpoint_url(url);
     }
@@ -186,6 +195,42 @@ fn assume_role(
         sts: aws_sdk_sts::Client::from_conf(sts.build()),
         role_arn: role_arn.to_string(),
     })
+}
+
+/// The confused-deputy headers of AssumeRole requests, as upstream sends them: `x-amz-source-account` (the
+/// account of `role_arn`) always, `x-amz-source-arn` when `SourceARN` is set.
+fn source_headers(role_arn: &str, source_arn: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut headers = Vec::new();
+    if let Some(account) = role_arn.split(':').nth(4).filter(|a| !a.is_empty()) {
+        headers.push(("x-amz-source-account", account.to_string()));
+    }
+    if let Some(arn) = source_arn {
+        headers.push(("x-amz-source-arn", arn.to_string()));
+    }
+    headers
+}
+
+/// Adds fixed headers to every request of the STS client before it is signed.
+#[derive(Debug)]
+struct SourceHeaders(Vec<(&'static str, String)>);
+
+impl Intercept for SourceHeaders {
+    fn name(&self) -> &'static str {
+        "CloudProviderAwsSourceHeaders"
+    }
+
+    fn modify_before_signing(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let headers = context.request_mut().headers_mut();
+        for (name, value) in &self.0 {
+            headers.insert(*name, value.clone());
+        }
+        Ok(())
+    }
 }
 
 /// The SDK's default credential chain (environment, shared files, web identity, container, instance
@@ -284,14 +329,25 @@ pub async fn discover_region(http: SharedHttpClient) -> Option<String> {
     sdk.region().map(|r| r.to_string())
 }
 
-/// An instance metadata service client with short timeouts (it is only reachable on EC2).
-pub fn imds_client(http: SharedHttpClient) -> aws_config::imds::Client {
-    aws_config::imds::Client::builder()
+/// An instance metadata service client with short timeouts (it is only reachable on EC2), sent to the
+/// `ec2imds` override's URL when there is one.
+pub fn imds_client(http: SharedHttpClient, config: &CloudConfig) -> aws_config::imds::Client {
+    let builder = aws_config::imds::Client::builder()
         .configure(&ProviderConfig::default().with_http_client(http))
         .connect_timeout(Duration::from_secs(1))
         .read_timeout(Duration::from_secs(2))
-        .max_attempts(2)
-        .build()
+        .max_attempts(2);
+    let url = config
+        .service_override(AwsService::Imds, "")
+        .map(|o| o.url.as_str());
+    match url.map(|u| builder.clone().endpoint(u)) {
+        Some(Ok(with_endpoint)) => with_endpoint.build(),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "the ec2imds override's URL is not usable; using the default endpoint");
+            builder.build()
+        }
+        None => builder.build(),
+    }
 }
 
 #[cfg(test)]
@@ -310,8 +366,44 @@ mod tests {
         let e = endpoint(&cfg, AwsService::Ec2, "r2");
         assert_eq!(e.url, None);
         assert_eq!(e.signing_region, "r2");
-        let e = endpoint(&cfg, AwsService::ElasticLoadBalancing, "r1");
+        let e = endpoint(&cfg, AwsService::ElasticLoadBalancingV2, "r1");
         assert_eq!(e.url, None);
+
+        // `elasticloadbalancing` serves both load-balancing APIs; upstream's service IDs one each.
+        let cfg = CloudConfig::parse(
+            b"[ServiceOverride \"1\"]\nService = elasticloadbalancing\nRegion = r1\nURL = http://a\nSigningRegion = r1\n\
+              [ServiceOverride \"2\"]\nService = Elastic Load Balancing v2\nRegion = r2\nURL = http://b\nSigningRegion = r2\n",
+        )
+        .unwrap();
+        for api in [
+            AwsService::ElasticLoadBalancingV2,
+            AwsService::ElasticLoadBalancingClassic,
+        ] {
+            assert_eq!(endpoint(&cfg, api, "r1").url.as_deref(), Some("http://a"));
+        }
+        let v2 = endpoint(&cfg, AwsService::ElasticLoadBalancingV2, "r2");
+        assert_eq!(v2.url.as_deref(), Some("http://b"));
+        let classic = endpoint(&cfg, AwsService::ElasticLoadBalancingClassic, "r2");
+        assert_eq!(classic.url, None);
+    }
+
+    #[test]
+    fn assume_role_sends_upstreams_source_headers() {
+        let role = "arn:aws:iam::123456789012:role/ccm";
+        assert_eq!(
+            source_headers(role, None),
+            vec![("x-amz-source-account", "123456789012".to_string())]
+        );
+        assert_eq!(
+            source_headers(role, Some("arn:aws:eks:us-east-1:123456789012:cluster/c")),
+            vec![
+                ("x-amz-source-account", "123456789012".to_string()),
+                (
+                    "x-amz-source-arn",
+                    "arn:aws:eks:us-east-1:123456789012:cluster/c".to_string()
+                ),
+            ]
+        );
     }
 
     #[test]

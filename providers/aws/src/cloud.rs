@@ -121,6 +121,13 @@ impl AwsCloud {
             cluster_id = identity.tagging.cluster_id().unwrap_or("<none>"),
             "AWS cloud provider configured"
         );
+        for o in &config.service_overrides {
+            if o.service == crate::config::AwsService::Unused {
+                tracing::warn!(section = %o.name, service = %o.service_name,
+                    "[ServiceOverride] of a service this provider never calls; it has no effect");
+            }
+        }
+        let imds = imds_client(http.clone(), &config);
         AwsCloud {
             instances: InstanceCache::new(config.instance_cache_ttl),
             config,
@@ -129,7 +136,7 @@ impl AwsCloud {
             clients,
             metrics,
             zone_ids: RwLock::new(HashMap::new()),
-            imds: imds_client(http),
+            imds,
             route_targets: Default::default(),
         }
     }
@@ -178,18 +185,29 @@ pub(crate) fn filter(name: &str, values: impl IntoIterator<Item = impl Into<Stri
 }
 
 /// The configured region, or the region of the configured zone (`us-east-1a` -> `us-east-1`).
+/// The configured region: that of `Zone` when set (it takes precedence, as upstream), else `Region`.
 fn configured_region(config: &CloudConfig) -> Option<String> {
     config
-        .region
-        .clone()
-        .or_else(|| config.zone.as_deref().and_then(region_of_zone))
+        .zone
+        .as_deref()
+        .and_then(region_of_zone)
+        .or_else(|| config.region.clone())
 }
 
-/// The region of an availability-zone name: the zone without its trailing letter(s).
+/// The region of a zone name as upstream reads it: the leading `<letters>-...<letters>-<digits>`
+/// (`us-east-1` of `us-east-1a` and of the Local Zone `us-east-1-bos-1a`).
 pub(crate) fn region_of_zone(zone: &str) -> Option<String> {
-    let region = zone.trim_end_matches(|c: char| c.is_ascii_lowercase());
-    (region.len() < zone.len() && region.ends_with(|c: char| c.is_ascii_digit()))
-        .then(|| region.to_string())
+    let mut end = 0;
+    let mut rest = zone;
+    while let Some((word, after)) = rest.split_once('-') {
+        if word.is_empty() || !word.chars().all(|c| c.is_ascii_alphabetic()) {
+            break;
+        }
+        end += word.len() + 1;
+        rest = after;
+    }
+    let digits = zone[end..].chars().take_while(char::is_ascii_digit).count();
+    (end > 0 && digits > 0).then(|| zone[..end + digits].to_string())
 }
 
 fn configured_tagging(config: &CloudConfig) -> Option<ClusterTagging> {
@@ -228,7 +246,7 @@ async fn discover_tagging(
     options: &AwsOptions,
     http: SharedHttpClient,
 ) -> ClusterTagging {
-    let instance_id = match imds_client(http.clone())
+    let instance_id = match imds_client(http.clone(), config)
         .get("/latest/meta-data/instance-id")
         .await
     {
@@ -485,8 +503,17 @@ mod tests {
             region_of_zone("eu-central-1c").as_deref(),
             Some("eu-central-1")
         );
-        assert_eq!(region_of_zone("us-east-1"), None);
+        assert_eq!(
+            region_of_zone("us-east-1-bos-1a").as_deref(),
+            Some("us-east-1")
+        );
+        assert_eq!(
+            region_of_zone("us-east-1-wl1-bos-wlz-1").as_deref(),
+            Some("us-east-1")
+        );
+        assert_eq!(region_of_zone("us-east-1").as_deref(), Some("us-east-1"));
         assert_eq!(region_of_zone("local"), None);
+        assert_eq!(region_of_zone("1a"), None);
     }
 
     #[test]

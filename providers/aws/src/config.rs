@@ -1,8 +1,11 @@
 //! The provider's `--cloud-config` file: an INI file with a `[Global]` section and any number of
 //! `[ServiceOverride "N"]` sections (custom endpoints, for example a local AWS API emulator).
 //!
-//! Every key is checked when the provider is built: an unknown section or key, a repeated key or a bad value
-//! is an error naming the key and its line, so a typo fails at start-up instead of being ignored.
+//! Every key of upstream's cloud config is accepted and does what it does upstream; the few this provider
+//! cannot honour (`SupportedTopologyInstanceTypePattern`, `NLBSecurityGroupMode = Managed`, a `SigningName`
+//! other than the service's own) fail start-up saying why. Every key is checked when the provider is built:
+//! an unknown section or key, a repeated key or a bad value is an error naming the key and its line, so a
+//! typo fails at start-up instead of being ignored.
 //!
 //! ```
 //! use provider_aws::CloudConfig;
@@ -31,36 +34,60 @@ use std::time::Duration;
 
 use crate::ini::{self, Entry, Section, SyntaxError};
 
-/// The AWS services whose endpoints a `[ServiceOverride]` section may replace.
+/// The AWS services whose endpoints a `[ServiceOverride]` section may replace, by the names upstream
+/// matches: the SDK service IDs of aws-sdk-go-v2 (`EC2`, `Elastic Load Balancing`, `Elastic Load Balancing
+/// v2`, `KMS`, `ec2imds`) and the endpoint IDs of the older aws-sdk-go (`ec2`, `elasticloadbalancing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AwsService {
-    /// EC2 (`ec2`): instances, subnets, route tables, security groups, volumes.
+    /// EC2 (`EC2`, `ec2`): instances, subnets, route tables, security groups, volumes.
     Ec2,
-    /// Elastic Load Balancing v2 (`elasticloadbalancing`): network load balancers.
+    /// Both Elastic Load Balancing APIs (`elasticloadbalancing`, the endpoint ID they share).
     ElasticLoadBalancing,
-    /// STS (`sts`): role assumption for `RoleARN`.
+    /// Elastic Load Balancing for classic load balancers (`Elastic Load Balancing`).
+    ElasticLoadBalancingClassic,
+    /// Elastic Load Balancing v2 for network load balancers (`Elastic Load Balancing v2`,
+    /// `elasticloadbalancingv2`, `elbv2`).
+    ElasticLoadBalancingV2,
+    /// STS (`sts`): role assumption for `RoleARN` (upstream cannot override it).
     Sts,
+    /// The instance metadata service (`ec2imds`); the override's region is not compared, as upstream.
+    Imds,
+    /// A service this provider never calls (`KMS`, or any other name upstream accepts and ignores).
+    Unused,
 }
 
 impl AwsService {
-    /// The service's name as written in `Service = ...`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AwsService::Ec2 => "ec2",
-            AwsService::ElasticLoadBalancing => "elasticloadbalancing",
-            AwsService::Sts => "sts",
+    /// Reads a `Service = ...` value.
+    fn parse(value: &str) -> Self {
+        match value {
+            "EC2" => return AwsService::Ec2,
+            "Elastic Load Balancing" => return AwsService::ElasticLoadBalancingClassic,
+            "Elastic Load Balancing v2" => return AwsService::ElasticLoadBalancingV2,
+            "ec2imds" => return AwsService::Imds,
+            _ => {}
+        }
+        match value.to_ascii_lowercase().as_str() {
+            "ec2" => AwsService::Ec2,
+            "elasticloadbalancing" => AwsService::ElasticLoadBalancing,
+            "elasticloadbalancingv2" | "elbv2" => AwsService::ElasticLoadBalancingV2,
+            "sts" => AwsService::Sts,
+            _ => AwsService::Unused,
         }
     }
 
-    fn parse(value: &str) -> Option<Self> {
-        match value.to_ascii_lowercase().as_str() {
-            "ec2" => Some(AwsService::Ec2),
-            "elasticloadbalancing" | "elasticloadbalancingv2" | "elbv2" => {
-                Some(AwsService::ElasticLoadBalancing)
-            }
-            "sts" => Some(AwsService::Sts),
-            _ => None,
-        }
+    /// Whether an override of `self` redirects the requests of `client` (one of the services a client
+    /// calls: EC2, either load-balancing API, STS or IMDS).
+    pub fn covers(self, client: AwsService) -> bool {
+        self == client
+            || (self == AwsService::ElasticLoadBalancing
+                && matches!(
+                    client,
+                    AwsService::ElasticLoadBalancingClassic | AwsService::ElasticLoadBalancingV2
+                ))
+    }
+
+    fn overlaps(self, other: AwsService) -> bool {
+        self != AwsService::Unused && (self.covers(other) || other.covers(self))
     }
 }
 
@@ -84,11 +111,14 @@ pub enum RetryMode {
 }
 
 /// A `[ServiceOverride "N"]` section: requests to `service` in `region` go to `url`, signed for
-/// `signing_region`.
+/// `signing_region`. `SigningName` may only name the service's own signing name (or be empty), and
+/// `SigningMethod` is read and ignored, as upstream ignores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceOverride {
     /// The section's name (the `N` in `[ServiceOverride "N"]`).
     pub name: String,
+    /// The `Service` value as written.
+    pub service_name: String,
     /// The service whose endpoint is replaced.
     pub service: AwsService,
     /// The region the override applies to.
@@ -119,6 +149,9 @@ pub struct CloudConfig {
     pub route_table_id: Option<String>,
     /// `RoleARN`: a role to assume, with credentials from the default chain.
     pub role_arn: Option<String>,
+    /// `SourceARN`: sent as `x-amz-source-arn` when assuming `RoleARN` (for the role's confused-deputy
+    /// conditions); the role's account always goes as `x-amz-source-account`.
+    pub source_arn: Option<String>,
     /// `KubernetesClusterTag`: the legacy cluster ID, the value of the `KubernetesCluster` tag.
     pub kubernetes_cluster_tag: Option<String>,
     /// `KubernetesClusterID`: the cluster ID in `kubernetes.io/cluster/<id>` tags.
@@ -173,6 +206,7 @@ impl Default for CloudConfig {
             subnet_id: None,
             route_table_id: None,
             role_arn: None,
+            source_arn: None,
             kubernetes_cluster_tag: None,
             kubernetes_cluster_id: None,
             disable_security_group_ingress: false,
@@ -255,6 +289,28 @@ pub enum ConfigError {
         /// The line of the section header.
         line: usize,
     },
+    /// A key this provider cannot honour with the value given.
+    #[error("cloud config line {line}: key {key} in {section} is not supported: {reason}")]
+    Unsupported {
+        /// The section header.
+        section: String,
+        /// The key.
+        key: String,
+        /// Its line.
+        line: usize,
+        /// Why it cannot be honoured.
+        reason: String,
+    },
+    /// `KubernetesClusterID` and `KubernetesClusterTag` name different clusters.
+    #[error(
+        "cloud config: KubernetesClusterID {id:?} and KubernetesClusterTag {legacy:?} differ (clusterID tags did not match)"
+    )]
+    ClusterIdsDiffer {
+        /// `KubernetesClusterID`.
+        id: String,
+        /// `KubernetesClusterTag`.
+        legacy: String,
+    },
     /// Two sections override the same service in the same region.
     #[error(
         "cloud config: {section} overrides service {service} in region {region} again (already overridden by {first})"
@@ -280,6 +336,7 @@ enum GlobalKey {
     SubnetId,
     RouteTableId,
     RoleArn,
+    SourceArn,
     KubernetesClusterTag,
     KubernetesClusterId,
     DisableSecurityGroupIngress,
@@ -291,6 +348,8 @@ enum GlobalKey {
     HealthProbeMode,
     SharedHealthProbePort,
     SharedHealthProbePath,
+    TopologyPattern,
+    NlbSecurityGroupMode,
 }
 
 const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
@@ -300,6 +359,7 @@ const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
     ("SubnetID", GlobalKey::SubnetId),
     ("RouteTableID", GlobalKey::RouteTableId),
     ("RoleARN", GlobalKey::RoleArn),
+    ("SourceARN", GlobalKey::SourceArn),
     ("KubernetesClusterTag", GlobalKey::KubernetesClusterTag),
     ("KubernetesClusterID", GlobalKey::KubernetesClusterId),
     (
@@ -323,6 +383,11 @@ const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
         "ClusterServiceSharedLoadBalancerHealthProbePath",
         GlobalKey::SharedHealthProbePath,
     ),
+    (
+        "SupportedTopologyInstanceTypePattern",
+        GlobalKey::TopologyPattern,
+    ),
+    ("NLBSecurityGroupMode", GlobalKey::NlbSecurityGroupMode),
 ];
 
 /// The keys of `[ServiceOverride "N"]`.
@@ -332,6 +397,8 @@ enum OverrideKey {
     Region,
     Url,
     SigningRegion,
+    SigningName,
+    SigningMethod,
 }
 
 const OVERRIDE_KEYS: &[(&str, OverrideKey)] = &[
@@ -339,6 +406,8 @@ const OVERRIDE_KEYS: &[(&str, OverrideKey)] = &[
     ("Region", OverrideKey::Region),
     ("URL", OverrideKey::Url),
     ("SigningRegion", OverrideKey::SigningRegion),
+    ("SigningName", OverrideKey::SigningName),
+    ("SigningMethod", OverrideKey::SigningMethod),
 ];
 
 /// A key's value with its section and line, for error messages.
@@ -385,6 +454,15 @@ impl Value<'_> {
             return Err(self.invalid(format!("must be an ID of the form {prefix}<hex digits>")));
         }
         Ok(text)
+    }
+
+    fn unsupported(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Unsupported {
+            section: self.section.to_string(),
+            key: self.key.to_string(),
+            line: self.entry.line,
+            reason: reason.into(),
+        }
     }
 
     fn bool(&self) -> Result<bool, ConfigError> {
@@ -437,15 +515,14 @@ impl CloudConfig {
                 && section.subsection.is_some()
             {
                 let over = parse_override(section)?;
-                if let Some(first) = config
-                    .service_overrides
-                    .iter()
-                    .find(|o| o.service == over.service && o.region == over.region)
-                {
+                if let Some(first) = config.service_overrides.iter().find(|o| {
+                    o.service.overlaps(over.service)
+                        && (o.region == over.region || over.service == AwsService::Imds)
+                }) {
                     return Err(ConfigError::DuplicateOverride {
                         section: section.header(),
                         first: format!("[ServiceOverride {:?}]", first.name),
-                        service: over.service.as_str().to_string(),
+                        service: over.service_name,
                         region: over.region,
                     });
                 }
@@ -456,6 +533,16 @@ impl CloudConfig {
                     line: section.line,
                 });
             }
+        }
+        if let (Some(id), Some(legacy)) = (
+            &config.kubernetes_cluster_id,
+            &config.kubernetes_cluster_tag,
+        ) && id != legacy
+        {
+            return Err(ConfigError::ClusterIdsDiffer {
+                id: id.clone(),
+                legacy: legacy.clone(),
+            });
         }
         Ok(config)
     }
@@ -500,8 +587,29 @@ impl CloudConfig {
                     }
                     self.role_arn = Some(arn);
                 }
+                GlobalKey::SourceArn => self.source_arn = Some(v.word()?),
+                GlobalKey::TopologyPattern => {
+                    return Err(v.unsupported(
+                        "this provider does not write topology.k8s.aws/network-node-layer labels, so the \
+                         instance types that need them cannot be chosen",
+                    ));
+                }
+                GlobalKey::NlbSecurityGroupMode => match v.text().trim() {
+                    "" => {}
+                    "Managed" => {
+                        return Err(v.unsupported(
+                            "managed security groups of network load balancers are not implemented \
+                             (leave it unset: network load balancers then get no security group, as upstream)",
+                        ));
+                    }
+                    other => {
+                        return Err(v.invalid(format!(
+                            "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
+                        )));
+                    }
+                },
                 GlobalKey::KubernetesClusterTag => {
-                    self.kubernetes_cluster_tag = Some(cluster_id(&v)?)
+                    self.kubernetes_cluster_tag = Some(legacy_cluster_id(&v)?)
                 }
                 GlobalKey::KubernetesClusterId => {
                     self.kubernetes_cluster_id = Some(cluster_id(&v)?)
@@ -574,11 +682,12 @@ impl CloudConfig {
         Ok(())
     }
 
-    /// The override for `service` in `region`, if any.
+    /// The override redirecting the requests of a client of `service` in `region`, if any (the region does
+    /// not matter for the instance metadata service).
     pub fn service_override(&self, service: AwsService, region: &str) -> Option<&ServiceOverride> {
-        self.service_overrides
-            .iter()
-            .find(|o| o.service == service && o.region == region)
+        self.service_overrides.iter().find(|o| {
+            o.service.covers(service) && (o.region == region || service == AwsService::Imds)
+        })
     }
 }
 
@@ -603,26 +712,102 @@ fn canonical_key<K: Copy>(
         })
 }
 
+/// A cluster ID: it becomes part of the tag key `kubernetes.io/cluster/<id>` (at most 128 characters of
+/// letters, digits, spaces and `_ . : / = + - @`).
 fn cluster_id(v: &Value<'_>) -> Result<String, ConfigError> {
     let id = v.word()?;
-    if id.len() > 100
-        || !id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
+    let max = 128 - crate::tagging::TAG_CLUSTER_PREFIX.len();
+    if id.len() > max || !id.chars().all(tag_char) {
+        return Err(v.invalid(format!(
+            "must be at most {max} letters, digits or '_ . : / = + - @' (it becomes part of a tag key)"
+        )));
+    }
+    Ok(id)
+}
+
+/// The legacy cluster ID: the value of the `KubernetesCluster` tag (at most 256 characters of letters,
+/// digits, spaces and `_ . : / = + - @`).
+fn legacy_cluster_id(v: &Value<'_>) -> Result<String, ConfigError> {
+    let id = v.word()?;
+    if id.len() > 256 || !id.chars().all(tag_char) {
         return Err(v.invalid(
-            "must be at most 100 letters, digits, '-', '_' or '.' (it becomes part of a tag key)",
+            "must be at most 256 letters, digits or '_ . : / = + - @' (it becomes a tag value)",
         ));
     }
     Ok(id)
 }
 
+fn tag_char(c: char) -> bool {
+    c.is_alphanumeric() || "_.:/=+-@".contains(c)
+}
+
+/// The signing name of the service's own requests, which `SigningName` may repeat.
+fn own_signing_name(service: AwsService) -> Option<&'static str> {
+    match service {
+        AwsService::Ec2 => Some("ec2"),
+        AwsService::ElasticLoadBalancing
+        | AwsService::ElasticLoadBalancingClassic
+        | AwsService::ElasticLoadBalancingV2 => Some("elasticloadbalancing"),
+        AwsService::Sts => Some("sts"),
+        AwsService::Imds | AwsService::Unused => None,
+    }
+}
+
+/// The values of one `[ServiceOverride]` section as read.
+#[derive(Default)]
+struct OverrideValues {
+    service: Option<String>,
+    region: Option<String>,
+    url: Option<String>,
+    signing_region: Option<String>,
+    signing_name: Option<String>,
+    signing_method: Option<String>,
+}
+
+impl OverrideValues {
+    fn slot(&mut self, key: OverrideKey) -> &mut Option<String> {
+        match key {
+            OverrideKey::Service => &mut self.service,
+            OverrideKey::Region => &mut self.region,
+            OverrideKey::Url => &mut self.url,
+            OverrideKey::SigningRegion => &mut self.signing_region,
+            OverrideKey::SigningName => &mut self.signing_name,
+            OverrideKey::SigningMethod => &mut self.signing_method,
+        }
+    }
+}
+
+/// One value of a `[ServiceOverride]` section, checked.
+fn override_value(key: OverrideKey, v: &Value<'_>) -> Result<String, ConfigError> {
+    match key {
+        // Upstream's service IDs contain spaces ("Elastic Load Balancing v2").
+        OverrideKey::Service => {
+            let text = v.text().trim();
+            if text.is_empty() {
+                return Err(v.invalid("must not be empty"));
+            }
+            Ok(text.to_string())
+        }
+        OverrideKey::Url => {
+            let text = v.word()?;
+            let rest = text
+                .strip_prefix("http://")
+                .or_else(|| text.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+                return Err(v.invalid("must be an http:// or https:// URL with a host"));
+            }
+            Ok(text)
+        }
+        // Empty means the service's own; the method is never used (as upstream).
+        OverrideKey::SigningName | OverrideKey::SigningMethod => Ok(v.text().trim().to_string()),
+        OverrideKey::Region | OverrideKey::SigningRegion => v.word(),
+    }
+}
+
 fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
     let header = section.header();
-    let mut service = None;
-    let mut region = None;
-    let mut url = None;
-    let mut signing_region = None;
+    let mut values = OverrideValues::default();
+    let mut signing_name_line = 0;
     for entry in &section.entries {
         let (name, key) = canonical_key(&header, entry, OVERRIDE_KEYS)?;
         let v = Value {
@@ -630,40 +815,17 @@ fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
             key: name,
             entry,
         };
-        let slot_taken = match key {
-            OverrideKey::Service => service.is_some(),
-            OverrideKey::Region => region.is_some(),
-            OverrideKey::Url => url.is_some(),
-            OverrideKey::SigningRegion => signing_region.is_some(),
-        };
-        if slot_taken {
+        let slot = values.slot(key);
+        if slot.is_some() {
             return Err(ConfigError::DuplicateKey {
                 section: header.clone(),
                 key: name.to_string(),
                 line: entry.line,
             });
         }
-        match key {
-            OverrideKey::Service => {
-                let name = v.word()?;
-                service = Some(AwsService::parse(&name).ok_or_else(|| {
-                    v.invalid(
-                        "must be ec2, elasticloadbalancing or sts (the services this provider calls)",
-                    )
-                })?);
-            }
-            OverrideKey::Region => region = Some(v.word()?),
-            OverrideKey::Url => {
-                let text = v.word()?;
-                let rest = text
-                    .strip_prefix("http://")
-                    .or_else(|| text.strip_prefix("https://"));
-                if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
-                    return Err(v.invalid("must be an http:// or https:// URL with a host"));
-                }
-                url = Some(text);
-            }
-            OverrideKey::SigningRegion => signing_region = Some(v.word()?),
+        *slot = Some(override_value(key, &v)?);
+        if key == OverrideKey::SigningName {
+            signing_name_line = entry.line;
         }
     }
     let missing = |key: &str| ConfigError::MissingKey {
@@ -671,12 +833,31 @@ fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
         key: key.to_string(),
         line: section.line,
     };
+    let service_name = values.service.ok_or_else(|| missing("Service"))?;
+    let service = AwsService::parse(&service_name);
+    let signing_name = values.signing_name.unwrap_or_default();
+    if let Some(own) = own_signing_name(service)
+        && !signing_name.is_empty()
+        && signing_name != own
+    {
+        return Err(ConfigError::Unsupported {
+            section: header.clone(),
+            key: "SigningName".to_string(),
+            line: signing_name_line,
+            reason: format!(
+                "requests to {service_name} can only be signed as {own:?} by this provider (leave it empty)"
+            ),
+        });
+    }
     Ok(ServiceOverride {
         name: section.subsection.clone().unwrap_or_default(),
-        service: service.ok_or_else(|| missing("Service"))?,
-        region: region.ok_or_else(|| missing("Region"))?,
-        url: url.ok_or_else(|| missing("URL"))?,
-        signing_region: signing_region.ok_or_else(|| missing("SigningRegion"))?,
+        service_name,
+        service,
+        region: values.region.ok_or_else(|| missing("Region"))?,
+        url: values.url.ok_or_else(|| missing("URL"))?,
+        signing_region: values
+            .signing_region
+            .ok_or_else(|| missing("SigningRegion"))?,
     })
 }
 
@@ -724,7 +905,8 @@ VPC = vpc-0123abcd
 SubnetID = subnet-0a1b
 RouteTableID = rtb-99
 RoleARN = arn:aws:iam::123456789012:role/ccm
-KubernetesClusterTag = legacy
+SourceARN = arn:aws:eks:us-east-1:123456789012:cluster/prod-1
+KubernetesClusterTag = prod-1
 KubernetesClusterID = prod-1
 DisableSecurityGroupIngress = yes
 ElbSecurityGroup = sg-0f
@@ -733,6 +915,10 @@ NodeIPFamilies = ipv4
 RetryMode = adaptive
 MaxAttempts = 8
 InstanceCacheTTL = 2m
+ClusterServiceLoadBalancerHealthProbeMode = Shared
+ClusterServiceSharedLoadBalancerHealthProbePort = 8080
+ClusterServiceSharedLoadBalancerHealthProbePath = /ready
+NLBSecurityGroupMode =
 "#,
         )
         .unwrap();
@@ -745,7 +931,11 @@ InstanceCacheTTL = 2m
             cfg.role_arn.as_deref(),
             Some("arn:aws:iam::123456789012:role/ccm")
         );
-        assert_eq!(cfg.kubernetes_cluster_tag.as_deref(), Some("legacy"));
+        assert_eq!(
+            cfg.source_arn.as_deref(),
+            Some("arn:aws:eks:us-east-1:123456789012:cluster/prod-1")
+        );
+        assert_eq!(cfg.kubernetes_cluster_tag.as_deref(), Some("prod-1"));
         assert_eq!(cfg.kubernetes_cluster_id.as_deref(), Some("prod-1"));
         assert!(cfg.disable_security_group_ingress);
         assert_eq!(cfg.elb_security_group.as_deref(), Some("sg-0f"));
@@ -753,6 +943,103 @@ InstanceCacheTTL = 2m
         assert_eq!(cfg.retry_mode, RetryMode::Adaptive);
         assert_eq!(cfg.max_attempts, 8);
         assert_eq!(cfg.instance_cache_ttl, Duration::from_secs(120));
+        assert_eq!(
+            cfg.cluster_health_probe,
+            ClusterHealthProbe::Shared {
+                port: 8080,
+                path: "/ready".into()
+            }
+        );
+    }
+
+    /// Every key of upstream's `[ServiceOverride]`, and the service names upstream matches.
+    #[test]
+    fn upstream_override_keys_and_service_names() {
+        let section = |n: usize, service: &str, extra: &str| {
+            format!(
+                "[ServiceOverride \"{n}\"]\nService = {service}\nRegion = r{n}\nURL = http://h{n}\n\
+                 SigningRegion = r{n}\n{extra}"
+            )
+        };
+        let text = [
+            section(1, "EC2", "SigningName = ec2\nSigningMethod = v4\n"),
+            section(2, "Elastic Load Balancing", "SigningName =\n"),
+            section(3, "Elastic Load Balancing v2", ""),
+            section(4, "KMS", "SigningName = kms\n"),
+            section(5, "ec2imds", ""),
+            section(6, "s3", ""),
+            section(7, "ec2", ""),
+        ]
+        .concat();
+        let cfg = CloudConfig::parse(text.as_bytes()).unwrap();
+        let services: Vec<AwsService> = cfg.service_overrides.iter().map(|o| o.service).collect();
+        assert_eq!(
+            services,
+            [
+                AwsService::Ec2,
+                AwsService::ElasticLoadBalancingClassic,
+                AwsService::ElasticLoadBalancingV2,
+                AwsService::Unused,
+                AwsService::Imds,
+                AwsService::Unused,
+                AwsService::Ec2,
+            ]
+        );
+        assert_eq!(
+            cfg.service_overrides[2].service_name,
+            "Elastic Load Balancing v2"
+        );
+        // The metadata service's override applies whatever the region.
+        assert_eq!(
+            cfg.service_override(AwsService::Imds, "")
+                .map(|o| o.url.as_str()),
+            Some("http://h5")
+        );
+    }
+
+    /// Keys this provider cannot honour fail start-up, naming the key and why.
+    #[test]
+    fn keys_that_cannot_be_honoured() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "[Global]\nSupportedTopologyInstanceTypePattern = ^p5.*$\n",
+                &[
+                    "SupportedTopologyInstanceTypePattern",
+                    "not supported",
+                    "topology",
+                ],
+            ),
+            (
+                "[Global]\nNLBSecurityGroupMode = Managed\n",
+                &[
+                    "NLBSecurityGroupMode",
+                    "not supported",
+                    "managed security groups",
+                ],
+            ),
+            (
+                "[Global]\nNLBSecurityGroupMode = managed\n",
+                &["NLBSecurityGroupMode", "invalid NLB security group mode"],
+            ),
+            (
+                "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\nSigningRegion = r\nSigningName = ec2-custom\n",
+                &["SigningName", "line 6", "not supported"],
+            ),
+            (
+                "[Global]\nKubernetesClusterID = a\nKubernetesClusterTag = b\n",
+                &[
+                    "KubernetesClusterID",
+                    "KubernetesClusterTag",
+                    "did not match",
+                ],
+            ),
+        ];
+        for (text, fragments) in cases {
+            let message = err(text);
+            for fragment in *fragments {
+                assert!(message.contains(fragment), "{text:?}: {message}");
+            }
+        }
     }
 
     #[test]
@@ -819,7 +1106,7 @@ SigningRegion = s1
                 &["KubernetesClusterID", "spaces"],
             ),
             (
-                "[Global]\nKubernetesClusterTag = a/b\n",
+                "[Global]\nKubernetesClusterTag = a,b\n",
                 &["KubernetesClusterTag"],
             ),
             (
@@ -848,16 +1135,15 @@ SigningRegion = s1
                 &["unknown section [ServiceOverride]"],
             ),
             (
-                "[ServiceOverride \"1\"]\nService = s3\n",
-                &["Service", "ec2, elasticloadbalancing or sts"],
-            ),
-            (
                 "[ServiceOverride \"1\"]\nURL = 127.0.0.1:5000\n",
                 &["URL", "http://"],
             ),
             (
                 "[ServiceOverride \"1\"]\nEndpoint = x\n",
-                &["Endpoint", "allowed: Service, Region, URL, SigningRegion"],
+                &[
+                    "Endpoint",
+                    "allowed: Service, Region, URL, SigningRegion, SigningName, SigningMethod",
+                ],
             ),
             (
                 "[ServiceOverride \"1\"]\nService = ec2\nService = sts\n",
