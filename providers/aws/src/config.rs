@@ -173,11 +173,12 @@ pub struct CloudConfig {
     /// The `[ServiceOverride "N"]` sections, in file order.
     pub service_overrides: Vec<ServiceOverride>,
     /// `ClusterServiceLoadBalancerHealthProbeMode` with `ClusterServiceSharedLoadBalancerHealthProbePort` and
-    /// `...Path`: how classic load balancers of `externalTrafficPolicy: Cluster` Services check nodes.
+    /// `...Path`: how load balancers (classic and network) of `externalTrafficPolicy: Cluster` Services check
+    /// nodes.
     pub cluster_health_probe: ClusterHealthProbe,
 }
 
-/// How classic load balancers of `externalTrafficPolicy: Cluster` Services check their nodes.
+/// How load balancers of `externalTrafficPolicy: Cluster` Services check their nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ClusterHealthProbe {
     /// Each Service's own node port (upstream's default, `ServiceNodePort`).

@@ -1,12 +1,14 @@
 //! Network load balancers for `type: LoadBalancer` Services, through ELBv2.
 //!
-//! Each Service gets one NLB named by [`default_load_balancer_name`](cloud_provider::default_load_balancer_name),
-//! with one listener per Service port (TCP, UDP, or TLS with the certificate of the ssl-cert annotation)
-//! forwarding to a target group of instance targets on the node port. Without a type annotation this
-//! provider creates an NLB where upstream would create a classic ELB; `nlb-ip` and `external` are left to
-//! the AWS Load Balancer Controller. The load balancer, its listeners and target groups carry the additional
-//! tags, `kubernetes.io/service-name=<ns>/<name>` and the cluster's `owned` tag; nothing without the cluster
-//! tag is ever changed.
+//! A Service annotated `aws-load-balancer-type: nlb` gets one NLB named by
+//! [`default_load_balancer_name`](cloud_provider::default_load_balancer_name), with one listener per Service
+//! port (TCP, UDP, or TLS with the certificate of the ssl-cert annotation) forwarding to a target group of
+//! instance targets on the node port, named and reused as upstream does. Without a type annotation the
+//! Service gets a classic ELB ([`classic`]); `nlb-ip` and `external` are left to the AWS Load Balancer
+//! Controller. The load balancer, its listeners and target groups carry the additional tags,
+//! `kubernetes.io/service-name=<ns>/<name>` and the cluster's `owned` tag; a load balancer without the
+//! cluster tag is never changed. Every lookup the targets, rules or routes depend on must succeed: a failed
+//! one fails the sync before anything is deregistered, revoked or deleted.
 
 pub mod classic;
 pub(crate) mod elbv2;
@@ -503,7 +505,7 @@ impl AwsCloud {
             )
             .into());
         }
-        let spec = spec::parse(service)?;
+        let spec = spec::parse(service, &self.config.cluster_health_probe)?;
         let tags = self.wanted_tags(&spec);
         let instances = self
             .target_instances(&spec.target_node_labels, nodes)
@@ -582,7 +584,7 @@ impl AwsCloud {
             self.delete_load_balancer(&lb.arn).await?;
         }
         // Target groups of the current ports left behind by an earlier, interrupted deletion.
-        if let Ok(spec) = spec::parse(service) {
+        if let Ok(spec) = spec::parse(service, &self.config.cluster_health_probe) {
             for port in &spec.ports {
                 let tg_name = target_group_name(self.cluster_key(cluster_name), &spec, port);
                 if groups.iter().any(|g| g.name == tg_name) {
@@ -774,7 +776,7 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let spec = spec::parse(&svc).unwrap();
+        let spec = spec::parse(&svc, &Default::default()).unwrap();
         assert_eq!(
             wanted_lb_attributes(&spec),
             BTreeMap::from([
@@ -803,7 +805,7 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let spec = spec::parse(&svc).unwrap();
+        let spec = spec::parse(&svc, &Default::default()).unwrap();
         assert_eq!(
             wanted_lb_attributes(&spec),
             BTreeMap::from([
@@ -857,7 +859,7 @@ mod tests {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
             );
-            spec::parse(&s).unwrap()
+            spec::parse(&s, &Default::default()).unwrap()
         };
         let plain = subnet_mappings(&with(&[]), &subnets).unwrap();
         assert_eq!(

@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
 use super::classic::spec::ANN_EXTRA_SECURITY_GROUPS;
+use crate::config::ClusterHealthProbe;
 
 /// `nlb` (a network load balancer), `nlb-ip` or `external` (the AWS Load Balancer Controller's); anything
 /// else, absent included, is a classic ELB.
@@ -446,8 +447,11 @@ fn access_log(service: &Service) -> Result<AccessLog, SpecError> {
     })
 }
 
-/// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`].
-pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
+/// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`]. `probe` is the
+/// cluster's `ClusterServiceLoadBalancerHealthProbeMode`: in `Shared` mode the target groups of
+/// `externalTrafficPolicy: Cluster` Services check the shared HTTP endpoint instead of the annotated or
+/// default check (its interval and thresholds still apply), as upstream does.
+pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, SpecError> {
     let spec = service.spec.clone().unwrap_or_default();
     let namespace = service
         .metadata
@@ -743,6 +747,11 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
             }
         }
     }
+    if let (false, ClusterHealthProbe::Shared { port, path }) = (local_traffic, probe) {
+        hc.protocol = HealthCheckProtocol::Http;
+        hc.port = HealthCheckPort::Port(*port);
+        hc.path = Some(path.clone());
+    }
     if let Some(v) = annotation(service, ANN_HC_HEALTHY) {
         hc.healthy_threshold = parse_int(ANN_HC_HEALTHY, v, 2, 10)?;
     }
@@ -882,6 +891,11 @@ mod tests {
             ..Default::default()
         });
         s
+    }
+
+    /// Parsing with upstream's default probe mode (each Service's own node port).
+    fn parse(service: &Service) -> Result<LbSpec, SpecError> {
+        super::parse(service, &ClusterHealthProbe::ServiceNodePort)
     }
 
     fn web(annotations: &[(&str, &str)]) -> Service {
@@ -1221,6 +1235,42 @@ mod tests {
                 .timeout,
             60
         );
+    }
+
+    /// In Shared mode, Cluster-policy Services check the shared endpoint whatever their health-check
+    /// protocol, port and path annotations say; interval and thresholds still come from the annotations.
+    /// Local-policy Services keep their own check.
+    #[test]
+    fn shared_health_probe() {
+        let shared = ClusterHealthProbe::Shared {
+            port: 10256,
+            path: "/healthz".into(),
+        };
+        let svc = web(&[
+            (ANN_HC_PROTOCOL, "TCP"),
+            (ANN_HC_PORT, "8080"),
+            (ANN_HC_PATH, "/ready"),
+            (ANN_HC_INTERVAL, "10"),
+        ]);
+        let spec = super::parse(&svc, &shared).unwrap();
+        assert_eq!(
+            spec.health_check,
+            HealthCheck {
+                protocol: HealthCheckProtocol::Http,
+                port: HealthCheckPort::Port(10256),
+                path: Some("/healthz".into()),
+                interval: 10,
+                timeout: 10,
+                healthy_threshold: 3,
+                unhealthy_threshold: 3,
+            }
+        );
+        let mut local = web(&[]);
+        let s = local.spec.as_mut().unwrap();
+        s.external_traffic_policy = Some("Local".into());
+        s.health_check_node_port = Some(32000);
+        let spec = super::parse(&local, &shared).unwrap();
+        assert_eq!(spec.health_check.port, HealthCheckPort::Port(32000));
     }
 
     #[test]

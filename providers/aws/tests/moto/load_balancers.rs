@@ -1006,7 +1006,7 @@ async fn target_groups_are_kept_whatever_their_names() {
     annotate(&mut svc, ANN_HC_INTERVAL, "10");
     cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
     let o = observe(&name).await.unwrap();
-    let spec = parse(&svc).unwrap();
+    let spec = parse(&svc, &Default::default()).unwrap();
     let wanted = provider_aws::load_balancer::naming::target_group_name(
         &world.cluster_id,
         &spec,
@@ -1068,4 +1068,39 @@ async fn elb_security_group_is_classic_only() {
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
+}
+
+/// `ClusterServiceLoadBalancerHealthProbeMode = Shared` applies to network load balancers too: Cluster-policy
+/// Services check kube-proxy's (or the configured) HTTP endpoint, and the node rules admit it.
+#[tokio::test]
+async fn shared_health_probe_for_network_load_balancers() {
+    let world = World::new("lbshared").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config(
+        "ClusterServiceLoadBalancerHealthProbeMode = Shared\nClusterServiceSharedLoadBalancerHealthProbePath = /livez",
+    ))
+    .await;
+    let svc = nlb_service("shared", &[("http", 80, "TCP", 30992)], &[]);
+    let name = default_load_balancer_name(&svc);
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
+        .await
+        .unwrap();
+    let o = observe(&name).await.unwrap();
+    let g = o.group_of(80);
+    assert_eq!(g.health_check_protocol().unwrap().as_str(), "HTTP");
+    assert_eq!(g.health_check_port(), Some("10256"));
+    assert_eq!(g.health_check_path(), Some("/livez"));
+    let rules = sg_rules(&world.ec2, &world.node_sg).await;
+    assert!(
+        rules.contains(&(
+            "tcp".into(),
+            10256,
+            10256,
+            world.public_subnets[0].2.clone(),
+            format!("kubernetes.io/rule/nlb/health={name}")
+        )),
+        "{rules:?}"
+    );
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
 }
