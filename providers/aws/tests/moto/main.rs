@@ -4,6 +4,7 @@
 
 mod common;
 mod controllers;
+mod fail_safe;
 mod instances;
 mod load_balancers;
 mod routes;
