@@ -3,7 +3,8 @@
 //! Discovery keeps the VPC's subnets that carry the cluster tag or no cluster tag at all; internet-facing load
 //! balancers only get public subnets (whose route table has a route to an internet gateway). One subnet per
 //! zone is chosen, preferring the role tag (`kubernetes.io/role/elb`, or `kubernetes.io/role/internal-elb`
-//! for internal load balancers), then the cluster tag, then the lowest subnet ID.
+//! for internal load balancers, whatever its value), then the cluster tag, then the lowest subnet ID; as
+//! upstream, only zones of type `availability-zone` are used.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,6 +15,9 @@ use super::spec::{ANN_SUBNETS, SpecError};
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB};
+
+/// The zone type of regular availability zones.
+const REGULAR_ZONE_TYPE: &str = "availability-zone";
 
 /// A subnet as load-balancer placement needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +56,8 @@ pub(crate) fn choose_subnets(
     };
     // Sort key: role tag first, then cluster tag, then lowest ID.
     let rank = |s: &SubnetInfo| {
-        let has_role = s.tag(role_tag).is_some_and(|v| v.is_empty() || v == "1");
+        // As upstream: the role tag counts whatever its value.
+        let has_role = s.tag(role_tag).is_some();
         let has_cluster = tagging.has_cluster_tag(s.tag_pairs());
         (!has_role, !has_cluster, s.id.clone())
     };
@@ -72,6 +77,18 @@ pub(crate) fn choose_subnets(
         }
     }
     by_zone.into_values().cloned().collect()
+}
+
+/// The subnets whose zone is of type `availability-zone` (or of unknown type), by zone name -> type.
+fn regular_zone_subnets(subnets: Vec<SubnetInfo>, types: &HashMap<&str, &str>) -> Vec<SubnetInfo> {
+    subnets
+        .into_iter()
+        .filter(|s| {
+            types
+                .get(s.zone.as_str())
+                .is_none_or(|t| *t == REGULAR_ZONE_TYPE)
+        })
+        .collect()
 }
 
 impl AwsCloud {
@@ -172,7 +189,9 @@ impl AwsCloud {
         for s in &mut subnets {
             s.public = public.contains(&s.id);
         }
-        let chosen = choose_subnets(&subnets, internal, &self.tagging);
+        let chosen = self
+            .in_regular_zones(choose_subnets(&subnets, internal, &self.tagging))
+            .await?;
         if !chosen.is_empty() {
             return Ok(chosen);
         }
@@ -199,6 +218,28 @@ impl AwsCloud {
                 TAG_ROLE_ELB
             },
         )))
+    }
+
+    /// The subnets in zones of type `availability-zone`: as upstream, Local Zones, Wavelength Zones and
+    /// Outposts are left out (network and classic load balancers are not offered there).
+    async fn in_regular_zones(&self, subnets: Vec<SubnetInfo>) -> Result<Vec<SubnetInfo>> {
+        if subnets.is_empty() {
+            return Ok(subnets);
+        }
+        let out = self
+            .clients
+            .ec2
+            .describe_availability_zones()
+            .set_zone_names(Some(subnets.iter().map(|s| s.zone.clone()).collect()))
+            .send()
+            .await
+            .api("DescribeAvailabilityZones")?;
+        let types: HashMap<&str, &str> = out
+            .availability_zones()
+            .iter()
+            .filter_map(|z| Some((z.zone_name()?, z.zone_type()?)))
+            .collect();
+        Ok(regular_zone_subnets(subnets, &types))
     }
 
     async fn annotated_subnets(&self, items: &[String], vpc_id: &str) -> Result<Vec<SubnetInfo>> {
@@ -284,6 +325,25 @@ mod tests {
     }
 
     #[test]
+    fn local_and_wavelength_zones_are_left_out() {
+        let subnets = vec![
+            subnet("subnet-a", "us-east-1a", &[], true),
+            subnet("subnet-b", "us-east-1-bos-1a", &[], true),
+            subnet("subnet-c", "us-east-1-wl1-bos-wlz-1", &[], true),
+            subnet("subnet-d", "us-east-1d", &[], true),
+        ];
+        let types = HashMap::from([
+            ("us-east-1a", "availability-zone"),
+            ("us-east-1-bos-1a", "local-zone"),
+            ("us-east-1-wl1-bos-wlz-1", "wavelength-zone"),
+        ]);
+        assert_eq!(
+            ids(&regular_zone_subnets(subnets, &types)),
+            vec!["subnet-a", "subnet-d"]
+        );
+    }
+
+    #[test]
     fn one_per_zone_with_preferences() {
         let tagging = ClusterTagging::new(Some("c1".into()), None);
         let subnets = vec![
@@ -296,7 +356,7 @@ mod tests {
                 true,
             ),
             subnet("subnet-0", "z2", &[], true),
-            subnet("subnet-d", "z3", &[("kubernetes.io/role/elb", "1")], true),
+            subnet("subnet-d", "z3", &[("kubernetes.io/role/elb", "any")], true),
             subnet(
                 "subnet-1",
                 "z3",
