@@ -30,6 +30,8 @@ pub(crate) struct LbInfo {
     pub(crate) security_groups: Vec<String>,
     /// The subnets the load balancer sits in (one per zone).
     pub(crate) subnet_ids: Vec<String>,
+    /// The state code (`provisioning`, `active`, `active_impaired`, `failed`), empty when not reported.
+    pub(crate) state: String,
 }
 
 impl LbInfo {
@@ -47,6 +49,11 @@ impl LbInfo {
                 .filter_map(|z| z.subnet_id())
                 .map(str::to_string)
                 .collect(),
+            state: lb
+                .state()
+                .and_then(|s| s.code())
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default(),
         }
     }
 }

@@ -37,7 +37,13 @@ use crate::cloud::AwsCloud;
 use crate::instances::{Ec2Instance, InstanceRef, instance_id_from_provider_id};
 use crate::tagging::TAG_SERVICE_NAME;
 
+/// The Service's status: the load balancer's DNS name while it is provisioning or active (its only
+/// successful states), else nothing, as upstream reports it.
 fn status(lb: &LbInfo) -> LoadBalancerStatus {
+    let usable = matches!(lb.state.as_str(), "provisioning" | "active");
+    if lb.dns_name.is_empty() || !usable {
+        return LoadBalancerStatus::default();
+    }
     LoadBalancerStatus {
         ingress: Some(vec![LoadBalancerIngress {
             hostname: Some(lb.dns_name.clone()),
@@ -998,6 +1004,7 @@ mod tests {
         ));
     }
 
+    /// The status is the DNS name while the load balancer is provisioning or active, as upstream reports it.
     #[test]
     fn status_is_the_dns_name() {
         let lb = LbInfo {
@@ -1008,11 +1015,24 @@ mod tests {
             vpc_id: "vpc-1".into(),
             security_groups: vec![],
             subnet_ids: vec![],
+            state: "active".into(),
         };
         let s = status(&lb);
         assert_eq!(
             s.ingress.unwrap()[0].hostname.as_deref(),
             Some("a1-123.elb.us-east-1.amazonaws.com")
         );
+        for (state, shown) in [
+            ("provisioning", true),
+            ("active_impaired", false),
+            ("failed", false),
+            ("", false),
+        ] {
+            let lb = LbInfo {
+                state: state.into(),
+                ..lb.clone()
+            };
+            assert_eq!(status(&lb).ingress.is_some(), shown, "{state:?}");
+        }
     }
 }
