@@ -121,6 +121,11 @@ impl AwsCloud {
             cluster_id = identity.tagging.cluster_id().unwrap_or("<none>"),
             "AWS cloud provider configured"
         );
+        if config.source_arn.is_some() && config.role_arn.is_none() {
+            tracing::warn!(
+                "[Global] SourceARN has no effect without RoleARN (it is sent when assuming that role)"
+            );
+        }
         for o in &config.service_overrides {
             if o.service == crate::config::AwsService::Unused {
                 tracing::warn!(section = %o.name, service = %o.service_name,
