@@ -9,4 +9,5 @@ mod instances;
 mod load_balancers;
 mod routes;
 mod setup;
+mod takeover;
 mod volumes;
