@@ -155,13 +155,6 @@ impl ClassicSpec {
     pub fn service_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
-
-    /// The security-group lists the annotations name, primary first then extra.
-    pub fn annotated_security_groups(&self) -> impl Iterator<Item = &String> {
-        self.security_groups
-            .iter()
-            .chain(&self.extra_security_groups)
-    }
 }
 
 /// `k=v,k2=` pairs read as upstream reads them: items trimmed, split at the first `=` (text after a second
@@ -468,6 +461,13 @@ fn check_ports(service: &Service) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// The groups of the security-groups and extra-security-groups annotations (read on their own, so a
+/// deletion knows them even when another annotation is malformed).
+pub fn annotated_security_groups(service: &Service) -> (Vec<String>, Vec<String>) {
+    let list = |key| annotation(service, key).map(id_list).unwrap_or_default();
+    (list(ANN_SECURITY_GROUPS), list(ANN_EXTRA_SECURITY_GROUPS))
+}
+
 /// Parses and validates a Service whose load balancer is a classic ELB.
 pub fn parse(
     service: &Service,
@@ -516,12 +516,7 @@ pub fn parse(
             Some(list)
         }
     };
-    let security_groups = annotation(service, ANN_SECURITY_GROUPS)
-        .map(id_list)
-        .unwrap_or_default();
-    let extra_security_groups = annotation(service, ANN_EXTRA_SECURITY_GROUPS)
-        .map(id_list)
-        .unwrap_or_default();
+    let (security_groups, extra_security_groups) = annotated_security_groups(service);
     Ok(ClassicSpec {
         namespace: service
             .metadata
