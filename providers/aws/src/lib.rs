@@ -105,7 +105,7 @@ mod tests {
         }
     }
 
-    /// The README's IAM policy lists exactly the AWS calls the code makes.
+    /// The README's IAM policy lists every AWS call the code makes (it may grant more).
     #[test]
     fn iam_policy_matches_the_calls_in_the_code() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -134,6 +134,10 @@ mod tests {
             })
             .map(str::to_string)
             .collect();
-        assert_eq!(actions, calls);
+        let missing: Vec<&String> = calls.difference(&actions).collect();
+        assert!(
+            missing.is_empty(),
+            "calls missing from the policy: {missing:?}"
+        );
     }
 }

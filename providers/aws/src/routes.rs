@@ -1,6 +1,7 @@
 //! Pod-network routes in the cluster's VPC route table.
 //!
-//! The table is `[Global] RouteTableID`, else the single table tagged for the cluster. A route sends a
+//! The table is `[Global] RouteTableID`, else the single table tagged for the cluster
+//! (`kubernetes.io/cluster/<id>`, or the legacy `KubernetesCluster=<id>`). A route sends a
 //! node's pod CIDR to the node's instance; creating one disables the instance's source/destination check
 //! (it forwards traffic that is not addressed to it) and first removes a blackhole route for the same CIDR.
 //! Routes are listed with the name `<cluster>-<cidr>`; the target node is the name the route was created
@@ -8,13 +9,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use aws_sdk_ec2::types::RouteTable;
+use aws_sdk_ec2::types::{Filter, RouteTable};
 use cloud_provider::{CloudError, Result, Route, Routes};
 use parking_lot::Mutex;
 
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::instances::{InstanceRef, instance_ref_for_name};
+use crate::tagging::TAG_LEGACY_CLUSTER;
 
 /// A route as found in the route table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,39 +117,103 @@ fn is_ipv6(cidr: &str) -> bool {
 pub(crate) struct RouteTargets(Mutex<HashMap<String, String>>);
 
 impl AwsCloud {
+    /// Every page of a DescribeRouteTables query.
+    pub(crate) async fn describe_route_tables(
+        &self,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<RouteTable>> {
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .clients
+                .ec2
+                .describe_route_tables()
+                .set_filters(Some(filters.clone()))
+                .max_results(100)
+                .set_next_token(token)
+                .send()
+                .await
+                .api("DescribeRouteTables")?;
+            out.extend(page.route_tables().iter().cloned());
+            token = page
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The route tables tagged for the cluster, as upstream finds them: `kubernetes.io/cluster/<id>` (any
+    /// value) or the legacy `KubernetesCluster=<id>`.
+    async fn tagged_route_tables(&self, key: String) -> Result<Vec<RouteTable>> {
+        let legacy = self
+            .tagging
+            .legacy_tag_value()
+            .unwrap_or_default()
+            .to_string();
+        let mut tables = self
+            .describe_route_tables(vec![filter("tag-key", [key])])
+            .await?;
+        let legacy_tables = self
+            .describe_route_tables(vec![filter(&format!("tag:{TAG_LEGACY_CLUSTER}"), [legacy])])
+            .await?;
+        for table in legacy_tables {
+            if !tables
+                .iter()
+                .any(|t| t.route_table_id() == table.route_table_id())
+            {
+                tables.push(table);
+            }
+        }
+        tables.retain(|t| {
+            let tags = t.tags().iter();
+            self.tagging.is_ours(tags.map(|tag| {
+                (
+                    tag.key().unwrap_or_default(),
+                    tag.value().unwrap_or_default(),
+                )
+            }))
+        });
+        Ok(tables)
+    }
+
     /// The cluster's route table.
     async fn route_table(&self) -> Result<RouteTable> {
-        let filters = match (&self.config.route_table_id, self.tagging.cluster_tag_key()) {
-            (Some(id), _) => vec![filter("route-table-id", [id.as_str()])],
-            (None, Some(key)) => vec![filter("tag-key", [key])],
+        let tables = match (&self.config.route_table_id, self.tagging.cluster_tag_key()) {
+            (Some(id), _) => {
+                self.describe_route_tables(vec![filter("route-table-id", [id.as_str()])])
+                    .await?
+            }
+            (None, Some(key)) => self.tagged_route_tables(key).await?,
             (None, None) => {
                 return Err(CloudError::provider(
                     "routes need [Global] RouteTableID in the cloud config when the cluster has no cluster ID",
                 ));
             }
         };
-        let out = self
-            .clients
-            .ec2
-            .describe_route_tables()
-            .set_filters(Some(filters))
-            .send()
-            .await
-            .api("DescribeRouteTables")?;
-        let tables = out.route_tables();
-        match tables {
+        let tagged = || {
+            format!(
+                "tagged {} or {TAG_LEGACY_CLUSTER}={}",
+                self.tagging.cluster_tag_key().unwrap_or_default(),
+                self.tagging.legacy_tag_value().unwrap_or_default()
+            )
+        };
+        match tables.as_slice() {
             [one] => Ok(one.clone()),
             [] => Err(CloudError::provider(match &self.config.route_table_id {
                 Some(id) => format!("route table {id} ([Global] RouteTableID) does not exist"),
                 None => format!(
-                    "found no route table tagged {}; tag the cluster's route table or set [Global] RouteTableID",
-                    self.tagging.cluster_tag_key().unwrap_or_default()
+                    "found no route table {}; tag the cluster's route table or set [Global] RouteTableID",
+                    tagged()
                 ),
             })),
             many => Err(CloudError::provider(format!(
-                "found {} route tables tagged {} ({}); set [Global] RouteTableID to choose one",
+                "found {} route tables {} ({}); set [Global] RouteTableID to choose one",
                 many.len(),
-                self.tagging.cluster_tag_key().unwrap_or_default(),
+                tagged(),
                 many.iter()
                     .filter_map(|t| t.route_table_id())
                     .collect::<Vec<_>>()

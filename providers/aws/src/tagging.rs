@@ -2,8 +2,9 @@
 //!
 //! A resource is the cluster's ("ours") when it carries `kubernetes.io/cluster/<id>` (any value) or the
 //! legacy `KubernetesCluster=<id>`; it is "owned" (created for the cluster, deleted with it) when the value of
-//! `kubernetes.io/cluster/<id>` is `owned`. Without a cluster ID (only possible with
-//! `--allow-untagged-cloud`) every resource counts as ours and nothing gets a cluster tag.
+//! `kubernetes.io/cluster/<id>` is `owned` or it carries the legacy tag, as upstream decides. Without a
+//! cluster ID (only possible with `--allow-untagged-cloud`) every resource counts as ours, none as owned,
+//! and nothing gets a cluster tag.
 
 /// Prefix of the cluster tag key, followed by the cluster ID.
 pub const TAG_CLUSTER_PREFIX: &str = "kubernetes.io/cluster/";
@@ -77,13 +78,24 @@ impl ClusterTagging {
         })
     }
 
-    /// Whether a resource with these tags was created for the cluster (`kubernetes.io/cluster/<id>=owned`).
+    /// The value of the legacy `KubernetesCluster` tag that marks the cluster's resources: the legacy ID,
+    /// else the cluster ID.
+    pub fn legacy_tag_value(&self) -> Option<&str> {
+        self.legacy_cluster_id
+            .as_deref()
+            .or(self.cluster_id.as_deref())
+    }
+
+    /// Whether a resource with these tags was created for the cluster, as upstream's `hasClusterTagOwned`
+    /// decides: `kubernetes.io/cluster/<id>=owned`, or the legacy `KubernetesCluster=<id>` (legacy resources
+    /// were always the cluster's own). Never without a cluster ID: nothing can be proven owned then.
     pub fn is_owned<'a>(&self, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
-        let Some(key) = self.cluster_tag_key() else {
-            return true;
+        let (Some(key), Some(legacy)) = (self.cluster_tag_key(), self.legacy_tag_value()) else {
+            return false;
         };
-        tags.into_iter()
-            .any(|(k, v)| k == key && v == TAG_VALUE_OWNED)
+        tags.into_iter().any(|(k, v)| {
+            (k == key && v == TAG_VALUE_OWNED) || (k == TAG_LEGACY_CLUSTER && v == legacy)
+        })
     }
 
     /// Whether a resource carries our cluster tag itself (not merely "ours" because there is no cluster ID).
@@ -133,6 +145,8 @@ mod tests {
         assert!(!t.is_ours(tags(&[("Name", "prod")])));
         assert!(t.is_owned(tags(&[("kubernetes.io/cluster/prod", "owned")])));
         assert!(!t.is_owned(tags(&[("kubernetes.io/cluster/prod", "shared")])));
+        assert!(t.is_owned(tags(&[("KubernetesCluster", "prod")])));
+        assert!(!t.is_owned(tags(&[("KubernetesCluster", "dev")])));
         assert!(t.has_cluster_tag(tags(&[("kubernetes.io/cluster/prod", "")])));
         assert_eq!(
             t.owned_tags(),
@@ -155,6 +169,7 @@ mod tests {
         assert!(both.is_ours(tags(&[("KubernetesCluster", "old")])));
         assert!(both.is_ours(tags(&[("kubernetes.io/cluster/new", "shared")])));
         assert!(!both.is_ours(tags(&[("kubernetes.io/cluster/old", "shared")])));
+        assert!(both.is_owned(tags(&[("KubernetesCluster", "old")])));
     }
 
     #[test]
@@ -162,7 +177,7 @@ mod tests {
         let t = ClusterTagging::default();
         assert_eq!(t.cluster_id(), None);
         assert!(t.is_ours(tags(&[])));
-        assert!(t.is_owned(tags(&[])));
+        assert!(!t.is_owned(tags(&[("kubernetes.io/cluster/x", "owned")])));
         assert!(!t.has_cluster_tag(tags(&[("kubernetes.io/cluster/x", "owned")])));
         assert!(t.owned_tags().is_empty());
     }

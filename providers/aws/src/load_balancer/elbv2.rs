@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use aws_sdk_elasticloadbalancingv2::operation::describe_target_groups::builders::DescribeTargetGroupsFluentBuilder;
 use aws_sdk_elasticloadbalancingv2::types::{
     Action, ActionTypeEnum, Certificate, LoadBalancerAttribute, LoadBalancerSchemeEnum,
     LoadBalancerTypeEnum, ProtocolEnum, Tag, TargetDescription, TargetGroupAttribute,
@@ -27,6 +28,27 @@ pub(crate) struct LbInfo {
     pub(crate) network: bool,
     pub(crate) vpc_id: String,
     pub(crate) security_groups: Vec<String>,
+    /// The subnets the load balancer sits in (one per zone).
+    pub(crate) subnet_ids: Vec<String>,
+}
+
+impl LbInfo {
+    fn from_sdk(lb: &aws_sdk_elasticloadbalancingv2::types::LoadBalancer) -> Self {
+        LbInfo {
+            arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
+            dns_name: lb.dns_name().unwrap_or_default().to_string(),
+            internal: lb.scheme() == Some(&LoadBalancerSchemeEnum::Internal),
+            network: lb.r#type() == Some(&LoadBalancerTypeEnum::Network),
+            vpc_id: lb.vpc_id().unwrap_or_default().to_string(),
+            security_groups: lb.security_groups().to_vec(),
+            subnet_ids: lb
+                .availability_zones()
+                .iter()
+                .filter_map(|z| z.subnet_id())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
 }
 
 /// A listener as found in ELBv2.
@@ -52,14 +74,14 @@ pub(crate) struct TargetGroupInfo {
     pub(crate) load_balancer_arns: Vec<String>,
 }
 
-/// A target group's health-check settings, in ELBv2's terms.
+/// A target group's health-check settings, in ELBv2's terms. The timeout is left to AWS's default, as
+/// upstream leaves it, so it is not part of the state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HealthCheckState {
     pub(crate) protocol: String,
     pub(crate) port: String,
     pub(crate) path: Option<String>,
     pub(crate) interval: i32,
-    pub(crate) timeout: i32,
     pub(crate) healthy_threshold: i32,
     pub(crate) unhealthy_threshold: i32,
 }
@@ -72,10 +94,32 @@ impl HealthCheckState {
             port: hc.port.to_aws(),
             path: hc.path.clone(),
             interval: hc.interval,
-            timeout: hc.timeout,
             healthy_threshold: hc.healthy_threshold,
             unhealthy_threshold: hc.unhealthy_threshold,
         }
+    }
+
+    /// Whether a target group with health check `self` has to be replaced to get `wanted`: its protocol
+    /// (case-insensitively) or interval differs, the changes upstream recreates target groups for.
+    pub(crate) fn needs_new_group(&self, wanted: &HealthCheckState) -> bool {
+        !self.protocol.eq_ignore_ascii_case(&wanted.protocol) || self.interval != wanted.interval
+    }
+
+    /// Whether ModifyTargetGroup has to bring `self` to `wanted`: the port, a threshold or (for HTTP and
+    /// HTTPS checks) the path differs.
+    pub(crate) fn needs_update(&self, wanted: &HealthCheckState) -> bool {
+        let path_differs = !wanted.protocol.eq_ignore_ascii_case("TCP") && self.path != wanted.path;
+        self.port != wanted.port
+            || self.healthy_threshold != wanted.healthy_threshold
+            || self.unhealthy_threshold != wanted.unhealthy_threshold
+            || path_differs
+    }
+
+    /// The path to send: none for TCP checks.
+    fn path_to_send(&self) -> Option<String> {
+        self.path
+            .clone()
+            .filter(|_| !self.protocol.eq_ignore_ascii_case("TCP"))
     }
 }
 
@@ -108,7 +152,6 @@ pub(crate) struct NewLoadBalancer<'a> {
     pub(crate) name: &'a str,
     pub(crate) internal: bool,
     pub(crate) subnets: Vec<SubnetMapping>,
-    pub(crate) security_groups: Option<Vec<String>>,
     pub(crate) tags: &'a BTreeMap<String, String>,
 }
 
@@ -167,14 +210,7 @@ impl AwsCloud {
             Err(e) if e.is_code("LoadBalancerNotFound") => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        Ok(out.load_balancers().first().map(|lb| LbInfo {
-            arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
-            dns_name: lb.dns_name().unwrap_or_default().to_string(),
-            internal: lb.scheme() == Some(&LoadBalancerSchemeEnum::Internal),
-            network: lb.r#type() == Some(&LoadBalancerTypeEnum::Network),
-            vpc_id: lb.vpc_id().unwrap_or_default().to_string(),
-            security_groups: lb.security_groups().to_vec(),
-        }))
+        Ok(out.load_balancers().first().map(LbInfo::from_sdk))
     }
 
     /// Tags of ELBv2 resources by ARN.
@@ -251,7 +287,6 @@ impl AwsCloud {
                 LoadBalancerSchemeEnum::InternetFacing
             })
             .set_subnet_mappings(Some(mappings))
-            .set_security_groups(new.security_groups)
             .set_tags(Some(elb_tags(new.tags)))
             .send()
             .await
@@ -262,30 +297,10 @@ impl AwsCloud {
             )
         })?;
         Ok(LbInfo {
-            arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
-            dns_name: lb.dns_name().unwrap_or_default().to_string(),
             internal: new.internal,
             network: true,
-            vpc_id: lb.vpc_id().unwrap_or_default().to_string(),
-            security_groups: lb.security_groups().to_vec(),
+            ..LbInfo::from_sdk(lb)
         })
-    }
-
-    /// Sets the load balancer's security groups.
-    pub(crate) async fn set_load_balancer_security_groups(
-        &self,
-        arn: &str,
-        groups: &[String],
-    ) -> std::result::Result<(), crate::error::ApiError> {
-        self.clients
-            .elb
-            .set_security_groups()
-            .load_balancer_arn(arn)
-            .set_security_groups(Some(groups.to_vec()))
-            .send()
-            .await
-            .api("SetSecurityGroups")?;
-        Ok(())
     }
 
     /// Sets the given load-balancer attributes where they differ.
@@ -483,7 +498,6 @@ impl AwsCloud {
                 port: tg.health_check_port().unwrap_or("traffic-port").to_string(),
                 path: tg.health_check_path().map(str::to_string),
                 interval: tg.health_check_interval_seconds().unwrap_or_default(),
-                timeout: tg.health_check_timeout_seconds().unwrap_or_default(),
                 healthy_threshold: tg.healthy_threshold_count().unwrap_or_default(),
                 unhealthy_threshold: tg.unhealthy_threshold_count().unwrap_or_default(),
             },
@@ -491,24 +505,17 @@ impl AwsCloud {
         }
     }
 
-    /// The target groups attached to a load balancer.
-    pub(crate) async fn load_balancer_target_groups(
+    /// Every page of a DescribeTargetGroups query; none when ELBv2 answers that the target groups or the
+    /// load balancer do not exist.
+    async fn describe_target_groups(
         &self,
-        lb_arn: &str,
+        query: impl Fn(DescribeTargetGroupsFluentBuilder) -> DescribeTargetGroupsFluentBuilder,
     ) -> Result<Vec<TargetGroupInfo>> {
         let mut out = Vec::new();
         let mut marker = None;
         loop {
-            let page = match self
-                .clients
-                .elb
-                .describe_target_groups()
-                .load_balancer_arn(lb_arn)
-                .set_marker(marker)
-                .send()
-                .await
-                .api("DescribeTargetGroups")
-            {
+            let request = query(self.clients.elb.describe_target_groups()).set_marker(marker);
+            let page = match request.send().await.api("DescribeTargetGroups") {
                 Ok(page) => page,
                 // AWS lists nothing for a load balancer without target groups; moto answers
                 // TargetGroupNotFound.
@@ -528,6 +535,15 @@ impl AwsCloud {
         }
     }
 
+    /// The target groups attached to a load balancer.
+    pub(crate) async fn load_balancer_target_groups(
+        &self,
+        lb_arn: &str,
+    ) -> Result<Vec<TargetGroupInfo>> {
+        self.describe_target_groups(|r| r.load_balancer_arn(lb_arn))
+            .await
+    }
+
     /// The target groups of a load balancer: those ELBv2 lists as attached plus any its listeners forward to
     /// (moto does not count a target group as attached after ModifyListener switched to it).
     pub(crate) async fn target_groups_of(
@@ -544,38 +560,18 @@ impl AwsCloud {
             .into_iter()
             .collect();
         if !missing.is_empty() {
-            match self
-                .clients
-                .elb
-                .describe_target_groups()
-                .set_target_group_arns(Some(missing))
-                .send()
-                .await
-                .api("DescribeTargetGroups")
-            {
-                Ok(out) => groups.extend(out.target_groups().iter().map(Self::target_group_info)),
-                Err(e) if e.is_code("TargetGroupNotFound") => {}
-                Err(e) => return Err(e.into()),
-            }
+            let found = self
+                .describe_target_groups(|r| r.set_target_group_arns(Some(missing.clone())))
+                .await?;
+            groups.extend(found);
         }
         Ok(groups)
     }
 
     /// The target group named `name`, if it exists.
     pub(crate) async fn find_target_group(&self, name: &str) -> Result<Option<TargetGroupInfo>> {
-        match self
-            .clients
-            .elb
-            .describe_target_groups()
-            .names(name)
-            .send()
-            .await
-            .api("DescribeTargetGroups")
-        {
-            Ok(out) => Ok(out.target_groups().first().map(Self::target_group_info)),
-            Err(e) if e.is_code("TargetGroupNotFound") => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        let found = self.describe_target_groups(|r| r.names(name)).await?;
+        Ok(found.into_iter().find(|g| g.name == name))
     }
 
     /// Creates a target group of instance targets on `node_port`.
@@ -597,12 +593,10 @@ impl AwsCloud {
             .port(node_port)
             .vpc_id(vpc_id)
             .target_type(TargetTypeEnum::Instance)
-            .health_check_enabled(true)
             .health_check_protocol(ProtocolEnum::from(hc.protocol.as_str()))
             .health_check_port(&hc.port)
-            .set_health_check_path(hc.path.clone())
+            .set_health_check_path(hc.path_to_send())
             .health_check_interval_seconds(hc.interval)
-            .health_check_timeout_seconds(hc.timeout)
             .healthy_threshold_count(hc.healthy_threshold)
             .unhealthy_threshold_count(hc.unhealthy_threshold)
             .set_tags(Some(elb_tags(tags)))
@@ -619,7 +613,8 @@ impl AwsCloud {
             })
     }
 
-    /// Updates a target group's health check.
+    /// Updates a target group's health-check port, thresholds and path (its protocol and interval never
+    /// change in place: a different one makes a new target group).
     pub(crate) async fn modify_health_check(
         &self,
         tg_arn: &str,
@@ -629,11 +624,8 @@ impl AwsCloud {
             .elb
             .modify_target_group()
             .target_group_arn(tg_arn)
-            .health_check_protocol(ProtocolEnum::from(hc.protocol.as_str()))
             .health_check_port(&hc.port)
-            .set_health_check_path(hc.path.clone())
-            .health_check_interval_seconds(hc.interval)
-            .health_check_timeout_seconds(hc.timeout)
+            .set_health_check_path(hc.path_to_send())
             .healthy_threshold_count(hc.healthy_threshold)
             .unhealthy_threshold_count(hc.unhealthy_threshold)
             .send()
@@ -642,7 +634,7 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Sets the given target-group attributes where they differ.
+    /// Sets the given target-group attributes where they differ, skipping those the group does not list.
     pub(crate) async fn sync_target_group_attributes(
         &self,
         tg_arn: &str,
@@ -668,7 +660,13 @@ impl AwsCloud {
                 ))
             })
             .collect();
-        let changes: Vec<TargetGroupAttribute> = attribute_changes(wanted, &current)
+        // As upstream: an attribute the target group does not list is not supported for it and is skipped.
+        let supported: BTreeMap<String, String> = wanted
+            .iter()
+            .filter(|(k, _)| current.contains_key(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let changes: Vec<TargetGroupAttribute> = attribute_changes(&supported, &current)
             .map(|(k, v)| TargetGroupAttribute::builder().key(k).value(v).build())
             .collect();
         if changes.is_empty() {
@@ -705,7 +703,9 @@ impl AwsCloud {
         }
     }
 
-    /// The registered targets of a target group: instance ID and port.
+    /// The registered targets of a target group: instance ID and port. Targets still draining
+    /// (`Target.DeregistrationInProgress`) are on their way out and do not count, so a node that comes back
+    /// meanwhile is registered again.
     pub(crate) async fn registered_targets(&self, tg_arn: &str) -> Result<BTreeSet<(String, i32)>> {
         let out = self
             .clients
@@ -718,13 +718,14 @@ impl AwsCloud {
         Ok(out
             .target_health_descriptions()
             .iter()
+            .filter(|d| !is_draining(d))
             .filter_map(|d| d.target())
             .filter_map(|t| Some((t.id()?.to_string(), t.port().unwrap_or_default())))
             .collect())
     }
 
-    /// Registers and deregisters targets so exactly `instances` are registered on `port`, in chunks of
-    /// [`TARGET_CHUNK`].
+    /// Deregisters and then registers targets so exactly `instances` are registered on `port`, in chunks
+    /// of [`TARGET_CHUNK`].
     pub(crate) async fn sync_targets(
         &self,
         tg_arn: &str,
@@ -736,21 +737,7 @@ impl AwsCloud {
         let add: Vec<&(String, i32)> = wanted.difference(&current).collect();
         let remove: Vec<&(String, i32)> = current.difference(&wanted).collect();
         let describe = |t: &&(String, i32)| TargetDescription::builder().id(&t.0).port(t.1).build();
-        for chunk in add.chunks(TARGET_CHUNK) {
-            tracing::info!(
-                target_group = tg_arn,
-                count = chunk.len(),
-                "registering targets"
-            );
-            self.clients
-                .elb
-                .register_targets()
-                .target_group_arn(tg_arn)
-                .set_targets(Some(chunk.iter().map(describe).collect()))
-                .send()
-                .await
-                .api("RegisterTargets")?;
-        }
+        // Deregistering first makes room when the target group is at its target limit.
         for chunk in remove.chunks(TARGET_CHUNK) {
             tracing::info!(
                 target_group = tg_arn,
@@ -766,8 +753,29 @@ impl AwsCloud {
                 .await
                 .api("DeregisterTargets")?;
         }
+        for chunk in add.chunks(TARGET_CHUNK) {
+            tracing::info!(
+                target_group = tg_arn,
+                count = chunk.len(),
+                "registering targets"
+            );
+            self.clients
+                .elb
+                .register_targets()
+                .target_group_arn(tg_arn)
+                .set_targets(Some(chunk.iter().map(describe).collect()))
+                .send()
+                .await
+                .api("RegisterTargets")?;
+        }
         Ok(())
     }
+}
+
+/// Whether a target is draining: deregistered, with connections still being closed.
+fn is_draining(d: &aws_sdk_elasticloadbalancingv2::types::TargetHealthDescription) -> bool {
+    d.target_health().and_then(|h| h.reason())
+        == Some(&aws_sdk_elasticloadbalancingv2::types::TargetHealthReasonEnum::DeregistrationInProgress)
 }
 
 /// The wanted attributes whose value differs from (or is missing in) the current ones: what a
@@ -800,6 +808,74 @@ mod tests {
         assert_eq!(changes, [("changed", "true"), ("missing", "x")]);
     }
     use super::*;
+
+    #[test]
+    fn health_check_updates_in_place() {
+        let tcp = HealthCheckState {
+            protocol: "TCP".into(),
+            port: "traffic-port".into(),
+            path: None,
+            interval: 30,
+            healthy_threshold: 3,
+            unhealthy_threshold: 3,
+        };
+        // A path reported for a TCP check is not compared.
+        let reported = HealthCheckState {
+            path: Some("/".into()),
+            ..tcp.clone()
+        };
+        assert!(!reported.needs_update(&tcp));
+        assert_eq!(tcp.path_to_send(), None);
+        for changed in [
+            HealthCheckState {
+                port: "10256".into(),
+                ..tcp.clone()
+            },
+            HealthCheckState {
+                healthy_threshold: 2,
+                ..tcp.clone()
+            },
+            HealthCheckState {
+                unhealthy_threshold: 2,
+                ..tcp.clone()
+            },
+        ] {
+            assert!(tcp.needs_update(&changed), "{changed:?}");
+            assert!(!tcp.needs_new_group(&changed));
+        }
+        let http = HealthCheckState {
+            protocol: "HTTP".into(),
+            path: Some("/healthz".into()),
+            ..tcp.clone()
+        };
+        assert!(tcp.needs_new_group(&http));
+        let other_path = HealthCheckState {
+            path: Some("/ready".into()),
+            ..http.clone()
+        };
+        assert!(http.needs_update(&other_path));
+        assert_eq!(other_path.path_to_send().as_deref(), Some("/ready"));
+    }
+
+    #[test]
+    fn draining_targets_are_not_registered() {
+        use aws_sdk_elasticloadbalancingv2::types::{
+            TargetHealth, TargetHealthDescription, TargetHealthReasonEnum,
+        };
+        let with_reason = |reason: Option<TargetHealthReasonEnum>| {
+            TargetHealthDescription::builder()
+                .target(TargetDescription::builder().id("i-1").port(30080).build())
+                .target_health(TargetHealth::builder().set_reason(reason).build())
+                .build()
+        };
+        assert!(is_draining(&with_reason(Some(
+            TargetHealthReasonEnum::DeregistrationInProgress
+        ))));
+        assert!(!is_draining(&with_reason(Some(
+            TargetHealthReasonEnum::InitialHealthChecking
+        ))));
+        assert!(!is_draining(&with_reason(None)));
+    }
 
     fn listener(protocol: &str, tg: &str, certs: &[&str], policy: Option<&str>) -> ListenerInfo {
         ListenerInfo {

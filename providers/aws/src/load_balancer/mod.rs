@@ -22,12 +22,13 @@ use cloud_provider::{CloudError, LoadBalancer, Result, default_load_balancer_nam
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use self::elbv2::{
-    HealthCheckState, LbInfo, NewLoadBalancer, SubnetMapping, TargetGroupInfo, WantedListener,
+    HealthCheckState, LbInfo, ListenerInfo, NewLoadBalancer, SubnetMapping, TargetGroupInfo,
+    WantedListener,
 };
 use self::naming::target_group_name;
 use self::spec::{
-    ANN_EIP_ALLOCATIONS, ANN_INTERNAL, ANN_PRIVATE_IPV4, ANN_SECURITY_GROUPS, ANN_TYPE, LbKind,
-    LbSpec, SpecError, lb_kind,
+    ANN_EIP_ALLOCATIONS, ANN_INTERNAL, ANN_PRIVATE_IPV4, ANN_TYPE, LbKind, LbSpec, SpecError,
+    lb_kind,
 };
 use self::subnets::SubnetInfo;
 use crate::cloud::AwsCloud;
@@ -61,26 +62,50 @@ fn node_selected(node: &Node, labels: &BTreeMap<String, String>) -> bool {
     })
 }
 
-/// The load-balancer attributes the annotations ask for.
+/// The load balancer's target group serving `node_port` behind `listener`: the one the listener forwards to
+/// when it is on that node port, else any attached group on it (upstream keys them by node port).
+fn node_port_group<'a>(
+    listener: &ListenerInfo,
+    node_port: i32,
+    attached: &'a [TargetGroupInfo],
+) -> Option<&'a TargetGroupInfo> {
+    let own = attached
+        .iter()
+        .find(|t| listener.target_group_arn.as_deref() == Some(t.arn.as_str()));
+    own.filter(|t| t.port == node_port)
+        .or_else(|| attached.iter().find(|t| t.port == node_port))
+}
+
+/// Whether the target group cannot serve the port as it is: its traffic protocol, health-check protocol or
+/// interval differs (none of these can change in place).
+fn needs_new_group(
+    tg: &TargetGroupInfo,
+    port: &spec::PortMapping,
+    wanted: &HealthCheckState,
+) -> bool {
+    tg.protocol != port.target_protocol.as_str() || tg.health_check.needs_new_group(wanted)
+}
+
+/// The load-balancer attributes, as upstream reconciles them: cross-zone load balancing and access logs
+/// are always set (off unless annotated true); the log bucket and prefix only while logs are on (ELBv2
+/// refuses an empty bucket).
 fn wanted_lb_attributes(spec: &LbSpec) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    if let Some(cross_zone) = spec.cross_zone {
-        out.insert(
+    let mut out = BTreeMap::from([
+        (
             "load_balancing.cross_zone.enabled".to_string(),
-            cross_zone.to_string(),
-        );
-    }
-    if let Some(log) = &spec.access_log {
-        out.insert(
+            spec.cross_zone.to_string(),
+        ),
+        (
             "access_logs.s3.enabled".to_string(),
-            log.enabled.to_string(),
-        );
-        if let Some(bucket) = &log.bucket {
-            out.insert("access_logs.s3.bucket".to_string(), bucket.clone());
-        }
-        if let Some(prefix) = &log.prefix {
-            out.insert("access_logs.s3.prefix".to_string(), prefix.clone());
-        }
+            spec.access_log.enabled.to_string(),
+        ),
+    ]);
+    if spec.access_log.enabled {
+        let log = &spec.access_log;
+        let bucket = log.bucket.clone().unwrap_or_default();
+        out.insert("access_logs.s3.bucket".to_string(), bucket);
+        let prefix = log.prefix.clone().unwrap_or_default();
+        out.insert("access_logs.s3.prefix".to_string(), prefix);
     }
     out
 }
@@ -271,19 +296,13 @@ impl AwsCloud {
             name,
             internal: spec.internal,
             subnets: mappings,
-            security_groups: self.wanted_security_groups(spec),
             tags,
         })
         .await
     }
 
-    fn wanted_security_groups(&self, spec: &LbSpec) -> Option<Vec<String>> {
-        spec.security_groups
-            .clone()
-            .or_else(|| self.config.elb_security_group.clone().map(|g| vec![g]))
-    }
-
-    /// Brings an existing load balancer's scheme check, security groups and tags up to date.
+    /// Checks an existing load balancer's type and scheme and adds missing tags. Its security groups are
+    /// left as they are (upstream's behaviour without `NLBSecurityGroupMode = Managed`).
     async fn update_nlb(
         &self,
         lb: &LbInfo,
@@ -307,17 +326,6 @@ impl AwsCloud {
             )
             .into());
         }
-        if let Some(groups) = self.wanted_security_groups(spec) {
-            let have: BTreeSet<&String> = lb.security_groups.iter().collect();
-            let want: BTreeSet<&String> = groups.iter().collect();
-            if have != want {
-                self.set_load_balancer_security_groups(&lb.arn, &groups)
-                    .await
-                    .map_err(|e| {
-                        SpecError::new(ANN_SECURITY_GROUPS, format!("cannot be applied: {e}"))
-                    })?;
-            }
-        }
         let current = self
             .elb_resource_tags(std::slice::from_ref(&lb.arn))
             .await?;
@@ -333,55 +341,33 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// The target group of one port: the one attached to the load balancer or left from an earlier
-    /// attempt (when it is the Service's), else a new one; its health check and attributes brought up to date.
+    /// The target group of one port, as upstream picks it. With a listener on the port: the load
+    /// balancer's target group on the node port (the listener's own first), kept unless its traffic
+    /// protocol, health-check protocol or health-check interval differs from the wanted one; its name does
+    /// not matter. Otherwise, or to replace it: the group named for the port. Its health check and
+    /// attributes are brought up to date.
     #[allow(clippy::too_many_arguments)]
-    async fn ensure_target_group(
+    async fn port_target_group(
         &self,
         name: &str,
         spec: &LbSpec,
         port: &spec::PortMapping,
         vpc_id: &str,
+        listener: Option<&ListenerInfo>,
         attached: &[TargetGroupInfo],
         tags: &BTreeMap<String, String>,
     ) -> Result<TargetGroupInfo> {
         let wanted_hc = HealthCheckState::wanted(&spec.health_check);
-        let tg = match attached.iter().find(|t| t.name == name) {
-            Some(tg) => tg.clone(),
-            None => match self.find_target_group(name).await? {
-                Some(tg) => {
-                    let tg_tags = self
-                        .elb_resource_tags(std::slice::from_ref(&tg.arn))
-                        .await?;
-                    let tg_tags = tg_tags.get(&tg.arn).cloned().unwrap_or_default();
-                    let mine = self
-                        .tagging
-                        .is_ours(tg_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                        && tg_tags.get(TAG_SERVICE_NAME) == Some(&spec.service_name());
-                    if !mine {
-                        return Err(CloudError::provider(format!(
-                            "target group {name} exists but does not belong to Service {} of this cluster",
-                            spec.service_name()
-                        )));
-                    }
-                    tg
-                }
-                None => {
-                    tracing::info!(target_group = name, service = %spec.service_name(), "creating target group");
-                    self.create_target_group(
-                        name,
-                        port.target_protocol,
-                        port.node_port,
-                        vpc_id,
-                        &wanted_hc,
-                        tags,
-                    )
+        let current = listener.and_then(|l| node_port_group(l, port.node_port, attached));
+        let tg = match current {
+            Some(tg) if !needs_new_group(tg, port, &wanted_hc) => tg.clone(),
+            _ => {
+                self.named_target_group(name, spec, port, vpc_id, &wanted_hc, tags)
                     .await?
-                }
-            },
+            }
         };
-        if tg.health_check != wanted_hc {
-            tracing::info!(target_group = name, "updating health check");
+        if tg.health_check.needs_update(&wanted_hc) {
+            tracing::info!(target_group = %tg.name, "updating health check");
             self.modify_health_check(&tg.arn, &wanted_hc).await?;
         }
         self.sync_target_group_attributes(&tg.arn, &spec.target_group_attributes)
@@ -389,7 +375,78 @@ impl AwsCloud {
         Ok(tg)
     }
 
-    /// Listeners and target groups: one of each per port, stale ones removed, targets registered.
+    /// The target group named `name`: one left from an earlier attempt (when it is the Service's), else a
+    /// new one.
+    async fn named_target_group(
+        &self,
+        name: &str,
+        spec: &LbSpec,
+        port: &spec::PortMapping,
+        vpc_id: &str,
+        wanted_hc: &HealthCheckState,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<TargetGroupInfo> {
+        let Some(tg) = self.find_target_group(name).await? else {
+            tracing::info!(target_group = name, service = %spec.service_name(), "creating target group");
+            return self
+                .create_target_group(
+                    name,
+                    port.target_protocol,
+                    port.node_port,
+                    vpc_id,
+                    wanted_hc,
+                    tags,
+                )
+                .await;
+        };
+        let tg_tags = self
+            .elb_resource_tags(std::slice::from_ref(&tg.arn))
+            .await?;
+        let tg_tags = tg_tags.get(&tg.arn).cloned().unwrap_or_default();
+        let mine = self
+            .tagging
+            .is_ours(tg_tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            && tg_tags.get(TAG_SERVICE_NAME) == Some(&spec.service_name());
+        if !mine {
+            return Err(CloudError::provider(format!(
+                "target group {name} exists but does not belong to Service {} of this cluster",
+                spec.service_name()
+            )));
+        }
+        Ok(tg)
+    }
+
+    /// Creates or updates the listener of one port so it forwards to `tg`.
+    async fn ensure_listener(
+        &self,
+        lb: &LbInfo,
+        port: &spec::PortMapping,
+        tg: &TargetGroupInfo,
+        listener: Option<&ListenerInfo>,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let wanted = WantedListener {
+            port: port.port,
+            protocol: port.listener_protocol,
+            target_group_arn: &tg.arn,
+            certificate: port.certificate.as_deref(),
+            ssl_policy: port.ssl_policy.as_deref(),
+        };
+        match listener {
+            Some(l) if wanted.matches(l) => Ok(()),
+            Some(l) => {
+                tracing::info!(load_balancer = %lb.arn, port = port.port, "updating listener");
+                self.modify_listener(&l.arn, &wanted).await
+            }
+            None => {
+                tracing::info!(load_balancer = %lb.arn, port = port.port, protocol = port.listener_protocol.as_str(), "creating listener");
+                self.create_listener(&lb.arn, &wanted, tags).await
+            }
+        }
+    }
+
+    /// Listeners and target groups: one of each per port, targets registered, then stale listeners and
+    /// target groups (replaced ones included) removed.
     async fn sync_listeners(
         &self,
         cluster_name: &str,
@@ -405,30 +462,13 @@ impl AwsCloud {
         let mut keep_groups = BTreeSet::new();
         for port in &spec.ports {
             let name = target_group_name(self.cluster_key(cluster_name), spec, port);
+            let listener = listeners.iter().find(|l| l.port == port.port);
             let tg = self
-                .ensure_target_group(&name, spec, port, vpc_id, &attached, tags)
+                .port_target_group(&name, spec, port, vpc_id, listener, &attached, tags)
                 .await?;
             self.sync_targets(&tg.arn, port.node_port, targets).await?;
-            let wanted = WantedListener {
-                port: port.port,
-                protocol: port.listener_protocol,
-                target_group_arn: &tg.arn,
-                certificate: port.certificate.as_deref(),
-                ssl_policy: port.ssl_policy.as_deref(),
-            };
-            match listeners.iter().find(|l| l.port == port.port) {
-                Some(l) => {
-                    if !wanted.matches(l) {
-                        tracing::info!(load_balancer = %lb.arn, port = port.port, "updating listener");
-                        self.modify_listener(&l.arn, &wanted).await?;
-                    }
-                    keep_listeners.insert(l.arn.clone());
-                }
-                None => {
-                    tracing::info!(load_balancer = %lb.arn, port = port.port, protocol = port.listener_protocol.as_str(), "creating listener");
-                    self.create_listener(&lb.arn, &wanted, tags).await?;
-                }
-            }
+            self.ensure_listener(lb, port, &tg, listener, tags).await?;
+            keep_listeners.extend(listener.map(|l| l.arn.clone()));
             keep_groups.insert(tg.arn.clone());
         }
         for l in listeners
@@ -490,11 +530,12 @@ impl AwsCloud {
             .into_iter()
             .filter(|i| targets.contains(&i.id))
             .collect();
-        self.sync_security_groups(&name, Some(&spec), &vpc_id, &target_instances)
+        self.sync_security_groups(&name, Some((&spec, &lb)), &vpc_id, &target_instances)
             .await?;
         Ok(status(&lb))
     }
 
+    /// Upstream's UpdateLoadBalancer of a network load balancer: the full sync of an existing load balancer.
     async fn update_nlb_hosts(
         &self,
         cluster_name: &str,
@@ -502,43 +543,15 @@ impl AwsCloud {
         nodes: &[Node],
     ) -> Result<()> {
         let name = self.get_load_balancer_name(cluster_name, service);
-        let spec = spec::parse(service)?;
-        let Some(lb) = self.our_load_balancer(&name).await? else {
+        if self.our_load_balancer(&name).await?.is_none() {
             return Err(CloudError::provider(format!(
                 "load balancer {name} of Service {} does not exist",
                 service_key(service)
             )));
-        };
-        let instances = self
-            .target_instances(&spec.target_node_labels, nodes)
-            .await?;
-        let targets: BTreeSet<String> = instances
-            .iter()
-            .filter(|i| i.vpc_id.is_empty() || i.vpc_id == lb.vpc_id)
-            .map(|i| i.id.clone())
-            .collect();
-        let listeners = self.listeners(&lb.arn).await?;
-        for port in &spec.ports {
-            let tg = listeners
-                .iter()
-                .find(|l| l.port == port.port)
-                .and_then(|l| l.target_group_arn.as_deref());
-            match tg {
-                Some(arn) => self.sync_targets(arn, port.node_port, &targets).await?,
-                None => {
-                    return Err(CloudError::provider(format!(
-                        "load balancer {name} has no listener on port {}; the Service needs a full sync",
-                        port.port
-                    )));
-                }
-            }
         }
-        let target_instances: Vec<Arc<Ec2Instance>> = instances
-            .into_iter()
-            .filter(|i| targets.contains(&i.id))
-            .collect();
-        self.sync_security_groups(&name, Some(&spec), &lb.vpc_id, &target_instances)
+        self.ensure_nlb(cluster_name, service, nodes)
             .await
+            .map(|_| ())
     }
 
     async fn delete_nlb(&self, cluster_name: &str, service: &Service) -> Result<()> {
@@ -767,9 +780,37 @@ mod tests {
             BTreeMap::from([
                 ("access_logs.s3.bucket".to_string(), "logs".to_string()),
                 ("access_logs.s3.enabled".to_string(), "true".to_string()),
+                ("access_logs.s3.prefix".to_string(), "".to_string()),
                 (
                     "load_balancing.cross_zone.enabled".to_string(),
                     "true".to_string()
+                ),
+            ])
+        );
+    }
+
+    /// Without annotations cross-zone load balancing and access logs are switched off (an annotation
+    /// removed later turns them off again), and nothing is said about the log bucket.
+    #[test]
+    fn attributes_default_to_off() {
+        let mut svc = Service::default();
+        svc.metadata.name = Some("s".into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let spec = spec::parse(&svc).unwrap();
+        assert_eq!(
+            wanted_lb_attributes(&spec),
+            BTreeMap::from([
+                ("access_logs.s3.enabled".to_string(), "false".to_string()),
+                (
+                    "load_balancing.cross_zone.enabled".to_string(),
+                    "false".to_string()
                 ),
             ])
         );
@@ -862,6 +903,99 @@ mod tests {
         assert_eq!(err.subject, ANN_PRIVATE_IPV4);
     }
 
+    fn group(
+        arn: &str,
+        port: i32,
+        protocol: &str,
+        hc_protocol: &str,
+        interval: i32,
+    ) -> TargetGroupInfo {
+        TargetGroupInfo {
+            arn: arn.into(),
+            name: format!("name-of-{arn}"),
+            port,
+            protocol: protocol.into(),
+            vpc_id: "vpc-1".into(),
+            health_check: HealthCheckState {
+                protocol: hc_protocol.into(),
+                port: "traffic-port".into(),
+                path: None,
+                interval,
+                healthy_threshold: 3,
+                unhealthy_threshold: 3,
+            },
+            load_balancer_arns: vec![],
+        }
+    }
+
+    fn listener_to(tg: &str) -> ListenerInfo {
+        ListenerInfo {
+            arn: "l".into(),
+            port: 80,
+            protocol: "TCP".into(),
+            target_group_arn: Some(tg.into()),
+            certificates: vec![],
+            ssl_policy: None,
+        }
+    }
+
+    /// Existing target groups are found by node port, whatever their names; the listener's own first.
+    #[test]
+    fn target_groups_found_by_node_port() {
+        let attached = vec![
+            group("a", 30080, "TCP", "TCP", 30),
+            group("b", 30081, "TCP", "TCP", 30),
+            group("c", 30081, "TCP", "TCP", 30),
+        ];
+        let found = |tg: &str, node_port: i32| {
+            node_port_group(&listener_to(tg), node_port, &attached).map(|t| t.arn.clone())
+        };
+        assert_eq!(found("c", 30081).as_deref(), Some("c"));
+        assert_eq!(found("a", 30081).as_deref(), Some("b"));
+        assert_eq!(found("x", 30080).as_deref(), Some("a"));
+        assert_eq!(found("a", 30082), None);
+    }
+
+    /// A target group is replaced only for a new traffic protocol, health-check protocol or interval.
+    #[test]
+    fn target_groups_replaced_as_upstream_replaces_them() {
+        let port = spec::PortMapping {
+            name: String::new(),
+            port: 80,
+            node_port: 30080,
+            service_protocol: spec::Protocol::Tcp,
+            listener_protocol: spec::Protocol::Tcp,
+            target_protocol: spec::Protocol::Tcp,
+            certificate: None,
+            ssl_policy: None,
+        };
+        let wanted = group("w", 30080, "TCP", "TCP", 30).health_check;
+        assert!(!needs_new_group(
+            &group("a", 30080, "TCP", "tcp", 30),
+            &port,
+            &wanted
+        ));
+        let mut other_thresholds = group("a", 30080, "TCP", "TCP", 30);
+        other_thresholds.health_check.healthy_threshold = 5;
+        other_thresholds.health_check.port = "10256".into();
+        assert!(!needs_new_group(&other_thresholds, &port, &wanted));
+        assert!(needs_new_group(
+            &group("a", 30080, "TLS", "TCP", 30),
+            &port,
+            &wanted
+        ));
+        assert!(needs_new_group(
+            &group("a", 30080, "TCP", "HTTP", 30),
+            &port,
+            &wanted
+        ));
+        assert!(needs_new_group(
+            &group("a", 30080, "TCP", "TCP", 10),
+            &port,
+            &wanted
+        ));
+    }
+
     #[test]
     fn status_is_the_dns_name() {
         let lb = LbInfo {
@@ -871,6 +1005,7 @@ mod tests {
             network: true,
             vpc_id: "vpc-1".into(),
             security_groups: vec![],
+            subnet_ids: vec![],
         };
         let s = status(&lb);
         assert_eq!(

@@ -1,6 +1,6 @@
 //! Names of the resources a load balancer is made of: target groups and security-group rule descriptions.
 
-use sha2::{Digest, Sha256};
+use sha1::{Digest, Sha1};
 
 use super::spec::{LbSpec, PortMapping};
 
@@ -24,17 +24,17 @@ pub fn health_rule_description(lb_name: &str) -> String {
     format!("{RULE_HEALTH}={lb_name}")
 }
 
+/// Keeps only ASCII letters and digits, as ELBv2 names of upstream's target groups do.
 fn sanitize(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .collect()
+    s.chars().filter(char::is_ascii_alphanumeric).collect()
 }
 
-/// The target group name of one port: `k8s-{namespace<=8}-{name<=8}-{hash<=10}`, where the hash covers the
-/// cluster, namespace, name, port, node port, target protocol, target type and the health check's protocol
-/// and interval, so any change of these makes a new target group (target groups cannot change them).
+/// The target group name of one port, exactly as upstream names it: `k8s-{namespace:.8}-{name:.8}-{hash:.10}`
+/// with namespace and name stripped of every character that is not a letter or digit. The hash is the
+/// lowercase hex SHA-1 of the concatenation, without separators, of the cluster ID, namespace, name, Service
+/// port, node port, target protocol, target type and the health check's protocol and interval.
 pub fn target_group_name(cluster: &str, spec: &LbSpec, port: &PortMapping) -> String {
-    let mut h = Sha256::new();
+    let mut h = Sha1::new();
     for part in [
         cluster,
         &spec.namespace,
@@ -47,7 +47,6 @@ pub fn target_group_name(cluster: &str, spec: &LbSpec, port: &PortMapping) -> St
         &spec.health_check.interval.to_string(),
     ] {
         h.update(part.as_bytes());
-        h.update([0u8]);
     }
     let hash: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let ns: String = sanitize(&spec.namespace).chars().take(8).collect();
@@ -77,13 +76,12 @@ mod tests {
                 unhealthy_threshold: 3,
             },
             additional_tags: Default::default(),
-            cross_zone: None,
-            access_log: None,
+            cross_zone: false,
+            access_log: Default::default(),
             target_group_attributes: Default::default(),
             eip_allocations: None,
             private_ipv4_addresses: None,
             target_node_labels: Default::default(),
-            security_groups: None,
             source_ranges: vec![],
             local_traffic: false,
         }
@@ -110,6 +108,7 @@ mod tests {
         assert!(name.starts_with("k8s-producti-checkout-"), "{name}");
         assert_eq!(name.len(), 32);
         assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        assert_eq!(name.matches('-').count(), 3, "{name}");
         assert_eq!(name, target_group_name("c1", &s, &p));
 
         let others = [
@@ -141,6 +140,18 @@ mod tests {
         let short = target_group_name("c1", &spec("a", "b"), &p);
         assert!(short.starts_with("k8s-a-b-"));
         assert_eq!(short.len(), 18);
+    }
+
+    /// The name upstream gives the same target group (cluster `c1`, `kube-system/my-svc`, 80 to 30080 over
+    /// TCP, TCP health check every 30 s): hyphens go, and the hash is SHA-1 over the bare concatenation.
+    #[test]
+    fn names_match_upstream() {
+        let s = spec("kube-system", "my-svc");
+        let p = port(80, 30080, Protocol::Tcp);
+        assert_eq!(
+            target_group_name("c1", &s, &p),
+            "k8s-kubesyst-mysvc-8a373ece62"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Node security-group rules of network load balancers (unless `DisableSecurityGroupIngress`).
 //!
 //! A network load balancer with instance targets passes client addresses through, so each target's security
-//! group must admit the clients on the node ports, the load balancer's health checks (from the VPC's CIDRs)
-//! and ICMP "fragmentation needed" (type 3, code 4) for path MTU discovery. Rules are recognised by their
-//! description: `kubernetes.io/rule/nlb/client=<lb>` and `kubernetes.io/rule/nlb/health=<lb>` belong to one
-//! load balancer; `kubernetes.io/rule/nlb/mtu` is shared and removed only when no client rule with the same
-//! range is left in the group.
+//! group must admit the clients on the node ports (the Service's source ranges, else `0.0.0.0/0`, internal
+//! load balancers included), the load balancer's health checks (from the IPv4 CIDRs of the subnets it sits
+//! in) and ICMP "fragmentation needed" (type 3, code 4) for path MTU discovery. As upstream, no health rules
+//! are needed when the client rules already admit everyone over TCP on exactly the health-check ports.
+//! Rules are recognised by their description: `kubernetes.io/rule/nlb/client=<lb>` and
+//! `kubernetes.io/rule/nlb/health=<lb>` belong to one load balancer; `kubernetes.io/rule/nlb/mtu` is shared
+//! and removed only when no client rule with the same range is left in the group. `[Global]
+//! ElbSecurityGroup` is never changed.
 //!
 //! The security group of an instance is the one among its groups tagged for the cluster; an instance with no
 //! tagged group and exactly one group uses that one; anything else is an error, as upstream.
@@ -17,6 +20,7 @@ use aws_sdk_ec2::types::{IpPermission, IpRange, Ipv6Range};
 use cloud_provider::{CloudError, Result};
 use ipnet::IpNet;
 
+use super::elbv2::LbInfo;
 use super::naming::{RULE_CLIENT, RULE_MTU, client_rule_description, health_rule_description};
 use super::spec::{LbSpec, Protocol};
 use crate::cloud::{AwsCloud, filter};
@@ -61,6 +65,40 @@ fn key(protocol: &str, from_port: i32, to_port: i32, cidr: IpNet) -> RuleKey {
     }
 }
 
+/// The client CIDRs of the node rules: the Service's source ranges, else everyone.
+pub(crate) fn client_cidrs(spec: &LbSpec) -> Vec<IpNet> {
+    if spec.source_ranges.is_empty() {
+        vec![IpNet::V4(ipnet::Ipv4Net::default())]
+    } else {
+        spec.source_ranges.clone()
+    }
+}
+
+/// The protocol of the client rules: `udp` when any port is UDP, else `tcp` (mixed protocols are refused).
+fn client_protocol(spec: &LbSpec) -> &'static str {
+    if spec
+        .ports
+        .iter()
+        .any(|p| p.service_protocol == Protocol::Udp)
+    {
+        "udp"
+    } else {
+        "tcp"
+    }
+}
+
+/// Whether health-check rules are needed: not when the client rules admit `0.0.0.0/0` over TCP on exactly
+/// the health-check ports (they cover the health checks then), as upstream decides.
+fn health_rules_needed(
+    spec: &LbSpec,
+    client_cidrs: &[IpNet],
+    health_ports: &BTreeSet<i32>,
+) -> bool {
+    let node_ports: BTreeSet<i32> = spec.ports.iter().map(|p| p.node_port).collect();
+    let everyone = client_cidrs == [IpNet::V4(ipnet::Ipv4Net::default())];
+    !(everyone && client_protocol(spec) == "tcp" && *health_ports == node_ports)
+}
+
 /// The rules one load balancer needs in each target's security group.
 pub(crate) fn desired_rules(
     lb_name: &str,
@@ -71,11 +109,8 @@ pub(crate) fn desired_rules(
     let client = client_rule_description(lb_name);
     let health = health_rule_description(lb_name);
     let mut out = BTreeMap::new();
+    let protocol = client_protocol(spec);
     for port in &spec.ports {
-        let protocol = match port.service_protocol {
-            Protocol::Udp => "udp",
-            Protocol::Tcp | Protocol::Tls => "tcp",
-        };
         for cidr in client_cidrs {
             out.insert(
                 key(protocol, port.node_port, port.node_port, *cidr),
@@ -84,9 +119,13 @@ pub(crate) fn desired_rules(
         }
     }
     // Health checks are TCP connections (or HTTP(S) over TCP).
-    let mut health_ports: BTreeSet<i32> = BTreeSet::new();
-    for port in &spec.ports {
-        health_ports.insert(spec.health_check.port.resolve(port.node_port));
+    let health_ports: BTreeSet<i32> = spec
+        .ports
+        .iter()
+        .map(|p| spec.health_check.port.resolve(p.node_port))
+        .collect();
+    if !health_rules_needed(spec, client_cidrs, &health_ports) {
+        return with_mtu_rules(out, client_cidrs);
     }
     for port in health_ports {
         for cidr in health_cidrs {
@@ -94,11 +133,20 @@ pub(crate) fn desired_rules(
                 .or_insert_with(|| health.clone());
         }
     }
+    with_mtu_rules(out, client_cidrs)
+}
+
+/// Adds the path-MTU rules of the IPv4 client ranges.
+fn with_mtu_rules(
+    mut rules: BTreeMap<RuleKey, String>,
+    client_cidrs: &[IpNet],
+) -> BTreeMap<RuleKey, String> {
     for cidr in client_cidrs.iter().filter(|c| matches!(c, IpNet::V4(_))) {
-        out.entry(key("icmp", 3, 4, *cidr))
+        rules
+            .entry(key("icmp", 3, 4, *cidr))
             .or_insert_with(|| RULE_MTU.to_string());
     }
-    out
+    rules
 }
 
 /// Plans one security group: add the desired rules it lacks, remove this load balancer's rules that are no
@@ -283,54 +331,38 @@ impl AwsCloud {
         }
     }
 
-    /// The VPC's CIDR blocks (IPv4 and IPv6).
-    pub(crate) async fn vpc_cidrs(&self, vpc_id: &str) -> Result<Vec<IpNet>> {
-        let out = self
-            .clients
-            .ec2
-            .describe_vpcs()
-            .vpc_ids(vpc_id)
-            .send()
-            .await
-            .api("DescribeVpcs")?;
-        let mut cidrs = Vec::new();
-        for vpc in out.vpcs() {
-            let v4 = vpc
-                .cidr_block_association_set()
-                .iter()
-                .filter(|a| {
-                    a.cidr_block_state()
-                        .and_then(|s| s.state())
-                        .is_none_or(|s| s.as_str() == "associated")
-                })
-                .filter_map(|a| a.cidr_block());
-            let v6 = vpc
-                .ipv6_cidr_block_association_set()
-                .iter()
-                .filter(|a| {
-                    a.ipv6_cidr_block_state()
-                        .and_then(|s| s.state())
-                        .is_none_or(|s| s.as_str() == "associated")
-                })
-                .filter_map(|a| a.ipv6_cidr_block());
-            for c in v4.chain(v6).chain(vpc.cidr_block()) {
-                if let Ok(net) = c.parse::<IpNet>()
-                    && !cidrs.contains(&net)
-                {
-                    cidrs.push(net);
-                }
-            }
+    /// The IPv4 CIDRs of the load balancer's subnets, where its health checks come from. Every subnet must
+    /// be found: rules are never computed from partial information.
+    pub(crate) async fn load_balancer_subnet_cidrs(&self, lb: &LbInfo) -> Result<Vec<IpNet>> {
+        if lb.subnet_ids.is_empty() {
+            return Err(CloudError::provider(format!(
+                "load balancer {} lists no subnets",
+                lb.arn
+            )));
         }
-        Ok(cidrs)
+        let found = self
+            .describe_subnets(vec![filter(
+                "subnet-id",
+                lb.subnet_ids.iter().map(String::as_str),
+            )])
+            .await?;
+        if found.len() != lb.subnet_ids.len() {
+            return Err(CloudError::provider(format!(
+                "found {} of the load balancer's subnets {:?}",
+                found.len(),
+                lb.subnet_ids
+            )));
+        }
+        Ok(found.iter().filter_map(|s| s.cidr).collect())
     }
 
-    /// Brings the node security groups in `vpc_id` in line with the load balancer: its rules in the groups of
-    /// `targets` (`spec` given), and none anywhere else. With `spec = None` every rule of the load balancer
-    /// goes.
+    /// Brings the node security groups in `vpc_id` in line with the load balancer: with `wanted` (the
+    /// Service's spec and its load balancer), its rules in the groups of `targets` and none anywhere else;
+    /// without, every rule of the load balancer goes.
     pub(crate) async fn sync_security_groups(
         &self,
         lb_name: &str,
-        spec: Option<&LbSpec>,
+        wanted: Option<(&LbSpec, &LbInfo)>,
         vpc_id: &str,
         targets: &[Arc<Ec2Instance>],
     ) -> Result<()> {
@@ -339,46 +371,30 @@ impl AwsCloud {
         }
         let groups = self.vpc_security_groups(vpc_id).await?;
         let mut target_groups: BTreeSet<String> = BTreeSet::new();
-        if spec.is_some() {
+        let mut desired = BTreeMap::new();
+        if let Some((spec, lb)) = wanted {
             for inst in targets {
-                if let Some(id) = instance_group(inst, &groups, &self.tagging)? {
-                    target_groups.insert(id);
-                }
+                target_groups.extend(instance_group(inst, &groups, &self.tagging)?);
             }
+            let health_cidrs = self.load_balancer_subnet_cidrs(lb).await?;
+            desired = desired_rules(lb_name, spec, &client_cidrs(spec), &health_cidrs);
         }
-        let desired = match spec {
-            Some(spec) => {
-                let vpc_cidrs = self.vpc_cidrs(vpc_id).await?;
-                let client_cidrs = if !spec.source_ranges.is_empty() {
-                    spec.source_ranges.clone()
-                } else if spec.internal {
-                    vpc_cidrs.clone()
-                } else {
-                    vec![
-                        "0.0.0.0/0"
-                            .parse()
-                            .map_err(|e| CloudError::provider_with("CIDR", e))?,
-                    ]
-                };
-                desired_rules(lb_name, spec, &client_cidrs, &vpc_cidrs)
-            }
-            None => BTreeMap::new(),
-        };
         let none = BTreeMap::new();
         let mut ids: Vec<&String> = groups.keys().collect();
         ids.sort();
         for id in ids {
-            let group = &groups[id];
+            if self.config.elb_security_group.as_ref() == Some(id) {
+                continue;
+            }
             let wanted = if target_groups.contains(id) {
                 &desired
             } else {
                 &none
             };
-            let plan = plan_group(lb_name, &group.rules, wanted);
-            if plan.is_empty() {
-                continue;
+            let plan = plan_group(lb_name, &groups[id].rules, wanted);
+            if !plan.is_empty() {
+                self.apply_group_plan(&groups[id].id, &plan).await?;
             }
-            self.apply_group_plan(&group.id, &plan).await?;
         }
         Ok(())
     }
@@ -496,13 +512,12 @@ mod tests {
                 unhealthy_threshold: 3,
             },
             additional_tags: Default::default(),
-            cross_zone: None,
-            access_log: None,
+            cross_zone: false,
+            access_log: Default::default(),
             target_group_attributes: Default::default(),
             eip_allocations: None,
             private_ipv4_addresses: None,
             target_node_labels: Default::default(),
-            security_groups: None,
             source_ranges: vec![],
             local_traffic: false,
         }
@@ -510,16 +525,13 @@ mod tests {
 
     #[test]
     fn desired_rules_cover_clients_health_and_mtu() {
+        // Everyone over TCP on the health-check port: the client rule covers the health checks.
         let s = spec(&[(30080, Protocol::Tcp)], HealthCheckPort::TrafficPort);
-        let rules = desired_rules("lb", &s, &[net("0.0.0.0/0")], &[net("10.0.0.0/16")]);
+        let rules = desired_rules("lb", &s, &[net("0.0.0.0/0")], &[net("10.0.1.0/24")]);
         let expected: BTreeMap<RuleKey, String> = [
             (
                 key("tcp", 30080, 30080, net("0.0.0.0/0")),
                 "kubernetes.io/rule/nlb/client=lb".to_string(),
-            ),
-            (
-                key("tcp", 30080, 30080, net("10.0.0.0/16")),
-                "kubernetes.io/rule/nlb/health=lb".to_string(),
             ),
             (
                 key("icmp", 3, 4, net("0.0.0.0/0")),
@@ -529,12 +541,30 @@ mod tests {
         .into();
         assert_eq!(rules, expected);
 
+        // Source ranges: health checks from the load balancer's subnets.
+        let rules = desired_rules(
+            "lb",
+            &s,
+            &[net("192.168.0.0/16")],
+            &[net("10.0.1.0/24"), net("10.0.2.0/24")],
+        );
+        assert_eq!(
+            rules[&key("tcp", 30080, 30080, net("10.0.2.0/24"))],
+            "kubernetes.io/rule/nlb/health=lb"
+        );
+        assert_eq!(rules.len(), 4);
+
         // A separate health-check port (externalTrafficPolicy Local), UDP traffic, IPv6 clients (no MTU rule).
         let s = spec(&[(30053, Protocol::Udp)], HealthCheckPort::Port(32000));
         let rules = desired_rules("lb", &s, &[net("2001:db8::/32")], &[net("10.0.0.0/16")]);
         assert!(rules.contains_key(&key("udp", 30053, 30053, net("2001:db8::/32"))));
         assert!(rules.contains_key(&key("tcp", 32000, 32000, net("10.0.0.0/16"))));
         assert_eq!(rules.len(), 2);
+
+        // UDP from everyone still needs the TCP health rules.
+        let s = spec(&[(30053, Protocol::Udp)], HealthCheckPort::TrafficPort);
+        let rules = desired_rules("lb", &s, &[net("0.0.0.0/0")], &[net("10.0.1.0/24")]);
+        assert!(rules.contains_key(&key("tcp", 30053, 30053, net("10.0.1.0/24"))));
 
         // A client range equal to the health range is one rule, described as a client rule.
         let s = spec(&[(30080, Protocol::Tcp)], HealthCheckPort::TrafficPort);
@@ -544,6 +574,15 @@ mod tests {
             rules[&key("tcp", 30080, 30080, net("10.0.0.0/16"))],
             "kubernetes.io/rule/nlb/client=lb"
         );
+    }
+
+    #[test]
+    fn clients_default_to_everyone_internal_or_not() {
+        let mut s = spec(&[(30080, Protocol::Tcp)], HealthCheckPort::TrafficPort);
+        s.internal = true;
+        assert_eq!(client_cidrs(&s), vec![net("0.0.0.0/0")]);
+        s.source_ranges = vec![net("10.0.0.0/8")];
+        assert_eq!(client_cidrs(&s), vec![net("10.0.0.0/8")]);
     }
 
     fn existing(k: RuleKey, d: &str) -> ExistingRule {
@@ -557,6 +596,7 @@ mod tests {
     fn plans_add_remove_and_shared_mtu() {
         let s = spec(&[(30081, Protocol::Tcp)], HealthCheckPort::TrafficPort);
         let desired = desired_rules("lb", &s, &[net("0.0.0.0/0")], &[net("10.0.0.0/16")]);
+        // A node port moved: the health rules stay skipped, the old ones go.
         let current = vec![
             // The old node port of this load balancer.
             existing(
@@ -581,16 +621,10 @@ mod tests {
         let plan = plan_group("lb", &current, &desired);
         assert_eq!(
             plan.add,
-            vec![
-                (
-                    key("tcp", 30081, 30081, net("0.0.0.0/0")),
-                    "kubernetes.io/rule/nlb/client=lb".to_string()
-                ),
-                (
-                    key("tcp", 30081, 30081, net("10.0.0.0/16")),
-                    "kubernetes.io/rule/nlb/health=lb".to_string()
-                ),
-            ]
+            vec![(
+                key("tcp", 30081, 30081, net("0.0.0.0/0")),
+                "kubernetes.io/rule/nlb/client=lb".to_string()
+            )]
         );
         assert_eq!(
             plan.remove,

@@ -9,6 +9,8 @@ use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
+use super::classic::spec::ANN_EXTRA_SECURITY_GROUPS;
+
 /// `nlb` (a network load balancer), `nlb-ip` or `external` (the AWS Load Balancer Controller's); anything
 /// else, absent included, is a classic ELB.
 pub const ANN_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
@@ -45,7 +47,8 @@ pub const ANN_HC_UNHEALTHY: &str =
 /// Seconds between health checks (5-300).
 pub const ANN_HC_INTERVAL: &str =
     "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
-/// Health-check timeout in seconds (2-120).
+/// Health-check timeout in seconds: parsed (a whole number) but, as upstream, never sent; AWS applies its
+/// default.
 pub const ANN_HC_TIMEOUT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
 /// `true`/`false`: cross-zone load balancing.
 pub const ANN_CROSS_ZONE: &str =
@@ -71,7 +74,9 @@ pub const ANN_PRIVATE_IPV4: &str =
 /// Node labels `k=v,k2=` a node must carry to be a target.
 pub const ANN_TARGET_NODE_LABELS: &str =
     "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
-/// Security-group IDs attached to the load balancer.
+/// Security-group IDs attached to a classic load balancer. Network load balancers ignore it, as upstream
+/// does without `NLBSecurityGroupMode = Managed`: a new one gets no security group, an existing one keeps
+/// its own.
 pub const ANN_SECURITY_GROUPS: &str =
     "service.beta.kubernetes.io/aws-load-balancer-security-groups";
 
@@ -237,7 +242,7 @@ pub struct HealthCheck {
     pub path: Option<String>,
     /// Seconds between checks.
     pub interval: i32,
-    /// Seconds before a check fails.
+    /// Seconds before a check fails, as annotated; never sent (AWS's default applies, as upstream).
     pub timeout: i32,
     /// Successes before healthy.
     pub healthy_threshold: i32,
@@ -246,7 +251,7 @@ pub struct HealthCheck {
 }
 
 /// Access logging.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AccessLog {
     /// Whether logs are written.
     pub enabled: bool,
@@ -273,10 +278,10 @@ pub struct LbSpec {
     pub health_check: HealthCheck,
     /// Extra tags.
     pub additional_tags: BTreeMap<String, String>,
-    /// Cross-zone load balancing, when annotated.
-    pub cross_zone: Option<bool>,
-    /// Access logging, when annotated.
-    pub access_log: Option<AccessLog>,
+    /// Cross-zone load balancing (off unless annotated true).
+    pub cross_zone: bool,
+    /// Access logging (off unless annotated true).
+    pub access_log: AccessLog,
     /// Target-group attributes, when annotated.
     pub target_group_attributes: BTreeMap<String, String>,
     /// Elastic IP allocations, one per subnet.
@@ -285,8 +290,6 @@ pub struct LbSpec {
     pub private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
     /// Labels a node needs to be a target.
     pub target_node_labels: BTreeMap<String, String>,
-    /// Security groups of the load balancer, when annotated.
-    pub security_groups: Option<Vec<String>>,
     /// Allowed client CIDRs (empty: everyone, or the VPC for internal load balancers).
     pub source_ranges: Vec<IpNet>,
     /// `externalTrafficPolicy: Local`.
@@ -352,14 +355,24 @@ pub fn lb_kind(service: &Service) -> LbKind {
     }
 }
 
+/// A boolean as upstream reads it (Go's `strconv.ParseBool`): `1`, `t`, `T`, `TRUE`, `true`, `True` and
+/// their false counterparts.
 fn parse_bool(key: &str, value: &str) -> Result<bool, SpecError> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err(SpecError::new(
             key,
             format!("must be \"true\" or \"false\", got {value:?}"),
         )),
+    }
+}
+
+/// An optional boolean annotation: absent or empty is `false`, as upstream reads it.
+fn annotated_bool(service: &Service, key: &str) -> Result<bool, SpecError> {
+    match annotation(service, key) {
+        None | Some("") => Ok(false),
+        Some(v) => parse_bool(key, v),
     }
 }
 
@@ -385,23 +398,18 @@ fn parse_list(key: &str, value: &str) -> Result<Vec<String>, SpecError> {
     Ok(items)
 }
 
-/// `k=v,k2=` pairs (a bare `k` means an empty value).
-fn parse_pairs(key: &str, value: &str) -> Result<BTreeMap<String, String>, SpecError> {
+/// `k=v,k2=` pairs as upstream reads them: a bare `k` means an empty value, the value ends at a further
+/// `=`, entries with an empty key are skipped and a repeated key keeps its last value.
+fn parse_pairs(value: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (k, v) = item.split_once('=').unwrap_or((item, ""));
-        let (k, v) = (k.trim(), v.trim());
-        if k.is_empty() {
-            return Err(SpecError::new(
-                key,
-                format!("entry {item:?} has an empty key"),
-            ));
-        }
-        if out.insert(k.to_string(), v.to_string()).is_some() {
-            return Err(SpecError::new(key, format!("key {k:?} is given twice")));
+    for item in value.split(',').map(str::trim) {
+        let mut parts = item.split('=').map(str::trim);
+        let k = parts.next().unwrap_or_default();
+        if !k.is_empty() {
+            out.insert(k.to_string(), parts.next().unwrap_or_default().to_string());
         }
     }
-    Ok(out)
+    out
 }
 
 fn resource_id(key: &str, item: &str, prefix: &str) -> Result<(), SpecError> {
@@ -416,6 +424,26 @@ fn resource_id(key: &str, item: &str, prefix: &str) -> Result<(), SpecError> {
             format!("{item:?} is not an ID of the form {prefix}<hex digits>"),
         ))
     }
+}
+
+/// Access logging: off unless the enabled annotation is true; then the bucket is required (ELBv2 refuses
+/// logs without one) and the prefix defaults to none.
+fn access_log(service: &Service) -> Result<AccessLog, SpecError> {
+    let enabled = annotated_bool(service, ANN_ACCESS_LOG_ENABLED)?;
+    let bucket = annotation(service, ANN_ACCESS_LOG_BUCKET)
+        .filter(|b| !b.is_empty())
+        .map(str::to_string);
+    if enabled && bucket.is_none() {
+        return Err(SpecError::new(
+            ANN_ACCESS_LOG_BUCKET,
+            format!("is required when {ANN_ACCESS_LOG_ENABLED} is \"true\""),
+        ));
+    }
+    Ok(AccessLog {
+        enabled,
+        bucket,
+        prefix: annotation(service, ANN_ACCESS_LOG_PREFIX).map(str::to_string),
+    })
 }
 
 /// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`].
@@ -487,11 +515,8 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
     }
 
     // Scheme and placement.
-    let internal = match annotation(service, ANN_INTERNAL) {
-        None => false,
-        Some("0.0.0.0/0") => true,
-        Some(v) => parse_bool(ANN_INTERNAL, v)?,
-    };
+    // As upstream: any value but "false" (and empty) makes the load balancer internal.
+    let internal = !matches!(annotation(service, ANN_INTERNAL), None | Some("false" | ""));
     let subnets = annotation(service, ANN_SUBNETS)
         .map(|v| parse_list(ANN_SUBNETS, v))
         .transpose()?;
@@ -531,16 +556,12 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
             Some(ips)
         }
     };
-    let security_groups = match annotation(service, ANN_SECURITY_GROUPS) {
-        None => None,
-        Some(v) => {
-            let ids = parse_list(ANN_SECURITY_GROUPS, v)?;
-            for id in &ids {
-                resource_id(ANN_SECURITY_GROUPS, id, "sg-")?;
-            }
-            Some(ids)
-        }
-    };
+    if annotation(service, ANN_EXTRA_SECURITY_GROUPS).is_some() {
+        return Err(SpecError::new(
+            ANN_EXTRA_SECURITY_GROUPS,
+            "BYO extra security groups are not supported by NLB",
+        ));
+    }
 
     // TLS.
     let certificate = annotation(service, ANN_SSL_CERT).map(str::to_string);
@@ -706,15 +727,8 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         };
     }
     match hc.protocol {
-        HealthCheckProtocol::Tcp => {
-            if annotation(service, ANN_HC_PATH).is_some() {
-                return Err(SpecError::new(
-                    ANN_HC_PATH,
-                    format!("is only used by HTTP and HTTPS health checks ({ANN_HC_PROTOCOL})"),
-                ));
-            }
-            hc.path = None;
-        }
+        // As upstream: TCP checks have no path, and the path annotation is ignored for them.
+        HealthCheckProtocol::Tcp => hc.path = None,
         HealthCheckProtocol::Http | HealthCheckProtocol::Https => {
             if let Some(v) = annotation(service, ANN_HC_PATH) {
                 if !v.starts_with('/') || v.chars().any(char::is_whitespace) {
@@ -739,23 +753,16 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         hc.interval = parse_int(ANN_HC_INTERVAL, v, 5, 300)?;
     }
     if let Some(v) = annotation(service, ANN_HC_TIMEOUT) {
-        hc.timeout = parse_int(ANN_HC_TIMEOUT, v, 2, 120)?;
-    }
-    if hc.timeout > hc.interval {
-        return Err(SpecError::new(
-            ANN_HC_TIMEOUT,
-            format!(
-                "the health-check timeout ({}s) must not exceed the interval ({}s, {ANN_HC_INTERVAL})",
-                hc.timeout, hc.interval
-            ),
-        ));
+        hc.timeout = v.parse().map_err(|_| {
+            SpecError::new(ANN_HC_TIMEOUT, format!("must be a whole number, got {v:?}"))
+        })?;
     }
 
     // Tags, attributes, node selection.
     let additional_tags = match annotation(service, ANN_ADDITIONAL_TAGS) {
         None => BTreeMap::new(),
         Some(v) => {
-            let tags = parse_pairs(ANN_ADDITIONAL_TAGS, v)?;
+            let tags = parse_pairs(v);
             for (k, val) in &tags {
                 if k.len() > 128 || val.len() > 256 {
                     return Err(SpecError::new(
@@ -765,11 +772,7 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
                         ),
                     ));
                 }
-                if k.starts_with("aws:")
-                    || k.starts_with(crate::tagging::TAG_CLUSTER_PREFIX)
-                    || k == crate::tagging::TAG_SERVICE_NAME
-                    || k == crate::tagging::TAG_LEGACY_CLUSTER
-                {
+                if k.starts_with("aws:") {
                     return Err(SpecError::new(
                         ANN_ADDITIONAL_TAGS,
                         format!("tag key {k:?} is reserved"),
@@ -779,33 +782,12 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
             tags
         }
     };
-    let cross_zone = annotation(service, ANN_CROSS_ZONE)
-        .map(|v| parse_bool(ANN_CROSS_ZONE, v))
-        .transpose()?;
-    let access_log = match annotation(service, ANN_ACCESS_LOG_ENABLED) {
-        None => None,
-        Some(v) => {
-            let enabled = parse_bool(ANN_ACCESS_LOG_ENABLED, v)?;
-            let bucket = annotation(service, ANN_ACCESS_LOG_BUCKET)
-                .filter(|b| !b.is_empty())
-                .map(str::to_string);
-            if enabled && bucket.is_none() {
-                return Err(SpecError::new(
-                    ANN_ACCESS_LOG_BUCKET,
-                    format!("is required when {ANN_ACCESS_LOG_ENABLED} is \"true\""),
-                ));
-            }
-            Some(AccessLog {
-                enabled,
-                bucket,
-                prefix: annotation(service, ANN_ACCESS_LOG_PREFIX).map(str::to_string),
-            })
-        }
-    };
+    let cross_zone = annotated_bool(service, ANN_CROSS_ZONE)?;
+    let access_log = access_log(service)?;
     let target_group_attributes = match annotation(service, ANN_TARGET_GROUP_ATTRIBUTES) {
         None => BTreeMap::new(),
         Some(v) => {
-            let attrs = parse_pairs(ANN_TARGET_GROUP_ATTRIBUTES, v)?;
+            let attrs = parse_pairs(v);
             for (k, val) in &attrs {
                 let Some((_, kind)) = TARGET_GROUP_ATTRIBUTES.iter().find(|(name, _)| name == k)
                 else {
@@ -833,12 +815,18 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
                     ));
                 }
             }
+            let udp = protocols.contains(&Protocol::Udp);
+            if udp && attrs.get("preserve_client_ip.enabled").map(String::as_str) == Some("false") {
+                return Err(SpecError::new(
+                    ANN_TARGET_GROUP_ATTRIBUTES,
+                    "client IP preservation can't be disabled for UDP ports",
+                ));
+            }
             attrs
         }
     };
     let target_node_labels = annotation(service, ANN_TARGET_NODE_LABELS)
-        .map(|v| parse_pairs(ANN_TARGET_NODE_LABELS, v))
-        .transpose()?
+        .map(parse_pairs)
         .unwrap_or_default();
 
     let source_ranges = source_ranges(service)?.unwrap_or_default();
@@ -857,7 +845,6 @@ pub fn parse(service: &Service) -> Result<LbSpec, SpecError> {
         eip_allocations,
         private_ipv4_addresses,
         target_node_labels,
-        security_groups,
         source_ranges,
         local_traffic,
     })
@@ -928,7 +915,8 @@ mod tests {
             }
         );
         assert!(spec.additional_tags.is_empty());
-        assert_eq!(spec.cross_zone, None);
+        assert!(!spec.cross_zone);
+        assert_eq!(spec.access_log, AccessLog::default());
         assert!(spec.source_ranges.is_empty());
     }
 
@@ -986,7 +974,7 @@ mod tests {
             ),
             (ANN_PRIVATE_IPV4, "10.0.1.10,10.0.2.10"),
             (ANN_TARGET_NODE_LABELS, "lb=yes,edge="),
-            (ANN_SECURITY_GROUPS, "sg-1,sg-2"),
+            (ANN_SECURITY_GROUPS, "ignored by network load balancers"),
             (
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
                 "10.0.0.0/8, 192.168.1.7/24",
@@ -1031,14 +1019,14 @@ mod tests {
                 unhealthy_threshold: 5,
             }
         );
-        assert_eq!(spec.cross_zone, Some(true));
+        assert!(spec.cross_zone);
         assert_eq!(
             spec.access_log,
-            Some(AccessLog {
+            AccessLog {
                 enabled: true,
                 bucket: Some("logs".into()),
                 prefix: Some("nlb/".into())
-            })
+            }
         );
         assert_eq!(spec.target_group_attributes.len(), 2);
         assert_eq!(
@@ -1051,10 +1039,6 @@ mod tests {
         assert_eq!(
             spec.target_node_labels.get("edge").map(String::as_str),
             Some("")
-        );
-        assert_eq!(
-            spec.security_groups,
-            Some(vec!["sg-1".into(), "sg-2".into()])
         );
         assert_eq!(
             spec.source_ranges,
@@ -1124,7 +1108,6 @@ mod tests {
     fn validation_errors_name_their_subject() {
         let cert = (ANN_SSL_CERT, "arn:aws:acm:us-east-1:1:certificate/x");
         let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
-            (vec![(ANN_INTERNAL, "yes")], ANN_INTERNAL),
             (vec![(ANN_SUBNETS, "subnet-1,,subnet-2")], ANN_SUBNETS),
             (vec![(ANN_SSL_CERT, "my-cert")], ANN_SSL_CERT),
             (vec![(ANN_SSL_PORTS, "443")], ANN_SSL_PORTS),
@@ -1135,17 +1118,10 @@ mod tests {
             ),
             (vec![(ANN_BACKEND_PROTOCOL, "http")], ANN_BACKEND_PROTOCOL),
             (vec![(ANN_BACKEND_PROTOCOL, "ssl")], ANN_BACKEND_PROTOCOL),
-            (vec![(ANN_ADDITIONAL_TAGS, "=v")], ANN_ADDITIONAL_TAGS),
-            (vec![(ANN_ADDITIONAL_TAGS, "a=1,a=2")], ANN_ADDITIONAL_TAGS),
             (vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")], ANN_ADDITIONAL_TAGS),
-            (
-                vec![(ANN_ADDITIONAL_TAGS, "kubernetes.io/cluster/x=owned")],
-                ANN_ADDITIONAL_TAGS,
-            ),
             (vec![(ANN_HC_PROTOCOL, "udp")], ANN_HC_PROTOCOL),
             (vec![(ANN_HC_PORT, "70000")], ANN_HC_PORT),
             (vec![(ANN_HC_PORT, "http")], ANN_HC_PORT),
-            (vec![(ANN_HC_PATH, "/x")], ANN_HC_PATH),
             (
                 vec![(ANN_HC_PROTOCOL, "HTTP"), (ANN_HC_PATH, "healthz")],
                 ANN_HC_PATH,
@@ -1154,9 +1130,9 @@ mod tests {
             (vec![(ANN_HC_UNHEALTHY, "11")], ANN_HC_UNHEALTHY),
             (vec![(ANN_HC_INTERVAL, "4")], ANN_HC_INTERVAL),
             (vec![(ANN_HC_TIMEOUT, "ten")], ANN_HC_TIMEOUT),
-            (vec![(ANN_HC_TIMEOUT, "60")], ANN_HC_TIMEOUT),
-            (vec![(ANN_CROSS_ZONE, "1")], ANN_CROSS_ZONE),
             (vec![(ANN_ACCESS_LOG_ENABLED, "on")], ANN_ACCESS_LOG_ENABLED),
+            (vec![(ANN_CROSS_ZONE, "yes")], ANN_CROSS_ZONE),
+            (vec![(ANN_CROSS_ZONE, "tRuE")], ANN_CROSS_ZONE),
             (
                 vec![(ANN_ACCESS_LOG_ENABLED, "true")],
                 ANN_ACCESS_LOG_BUCKET,
@@ -1186,8 +1162,10 @@ mod tests {
                 ANN_PRIVATE_IPV4,
             ),
             (vec![(ANN_PRIVATE_IPV4, "10.0.0.3")], ANN_PRIVATE_IPV4),
-            (vec![(ANN_TARGET_NODE_LABELS, "=x")], ANN_TARGET_NODE_LABELS),
-            (vec![(ANN_SECURITY_GROUPS, "web-sg")], ANN_SECURITY_GROUPS),
+            (
+                vec![(ANN_EXTRA_SECURITY_GROUPS, "sg-1")],
+                ANN_EXTRA_SECURITY_GROUPS,
+            ),
             (
                 vec![(ANNOTATION_LOAD_BALANCER_SOURCE_RANGES, "10.0.0.0/33")],
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
@@ -1201,6 +1179,62 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// Annotation values read as upstream reads them, where it accepts what a stricter reading would refuse.
+    #[test]
+    fn annotations_read_as_upstream() {
+        for (value, internal) in [
+            ("true", true),
+            ("yes", true),
+            ("0.0.0.0/0", true),
+            ("false", false),
+            ("", false),
+        ] {
+            let spec = parse(&web(&[(ANN_INTERNAL, value)])).unwrap();
+            assert_eq!(spec.internal, internal, "{value:?}");
+        }
+        for (value, on) in [
+            ("1", true),
+            ("T", true),
+            ("True", true),
+            ("0", false),
+            ("f", false),
+        ] {
+            let spec = parse(&web(&[(ANN_CROSS_ZONE, value)])).unwrap();
+            assert_eq!(spec.cross_zone, on, "{value:?}");
+        }
+        // A path does not make a TCP check an error; it is ignored.
+        let spec = parse(&web(&[(ANN_HC_PATH, "/ignored")])).unwrap();
+        assert_eq!(spec.health_check.path, None);
+        // Tags: empty keys skipped, the last value of a key kept, the value ending at a further "=".
+        let spec = parse(&web(&[(ANN_ADDITIONAL_TAGS, "=v, a=1, a=2=3, b")])).unwrap();
+        assert_eq!(
+            spec.additional_tags,
+            BTreeMap::from([("a".into(), "2".into()), ("b".into(), "".into())])
+        );
+        // A timeout is only checked to be a whole number.
+        assert_eq!(
+            parse(&web(&[(ANN_HC_TIMEOUT, "60")]))
+                .unwrap()
+                .health_check
+                .timeout,
+            60
+        );
+    }
+
+    #[test]
+    fn udp_keeps_client_ips() {
+        let udp = |attrs: &str| {
+            parse(&service(
+                &[(ANN_TARGET_GROUP_ATTRIBUTES, attrs)],
+                &[("dns", 53, "UDP", 30053)],
+            ))
+        };
+        assert!(udp("preserve_client_ip.enabled=true").is_ok());
+        let err = udp("preserve_client_ip.enabled=false").unwrap_err();
+        assert_eq!(err.subject, ANN_TARGET_GROUP_ATTRIBUTES);
+        assert!(err.message.contains("UDP"), "{err}");
     }
 
     #[test]

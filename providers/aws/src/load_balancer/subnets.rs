@@ -75,7 +75,8 @@ pub(crate) fn choose_subnets(
 }
 
 impl AwsCloud {
-    async fn describe_subnets(
+    /// Every page of a DescribeSubnets query.
+    pub(crate) async fn describe_subnets(
         &self,
         filters: Vec<aws_sdk_ec2::types::Filter>,
     ) -> Result<Vec<SubnetInfo>> {
@@ -126,17 +127,12 @@ impl AwsCloud {
         vpc_id: &str,
         subnet_ids: &[String],
     ) -> Result<HashSet<String>> {
-        let out = self
-            .clients
-            .ec2
-            .describe_route_tables()
-            .filters(filter("vpc-id", [vpc_id]))
-            .send()
-            .await
-            .api("DescribeRouteTables")?;
+        let tables = self
+            .describe_route_tables(vec![filter("vpc-id", [vpc_id])])
+            .await?;
         let mut explicit: HashMap<String, bool> = HashMap::new();
         let mut main_public = false;
-        for table in out.route_tables() {
+        for table in &tables {
             let public = table
                 .routes()
                 .iter()

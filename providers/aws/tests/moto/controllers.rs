@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{World, elb, nlb_service, provider, wait_until};
-use provider_aws::load_balancer::classic::spec::ANN_PROXY_PROTOCOL;
+use provider_aws::load_balancer::classic::spec::{ANN_EXTRA_SECURITY_GROUPS, ANN_PROXY_PROTOCOL};
 
 /// The API server, the provider and the running controllers.
 struct Env {
@@ -378,7 +378,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             vec![(ANN_TYPE, "classic"), (ANN_PROXY_PROTOCOL, "yes")],
             ANN_PROXY_PROTOCOL,
         ),
-        ("v-internal", vec![(ANN_INTERNAL, "maybe")], ANN_INTERNAL),
         ("v-subnets", vec![(ANN_SUBNETS, "a,,b")], ANN_SUBNETS),
         (
             "v-subnets-unknown",
@@ -412,11 +411,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_BACKEND_PROTOCOL,
         ),
         (
-            "v-tags",
-            vec![(ANN_ADDITIONAL_TAGS, "=x")],
-            ANN_ADDITIONAL_TAGS,
-        ),
-        (
             "v-tags-reserved",
             vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")],
             ANN_ADDITIONAL_TAGS,
@@ -427,11 +421,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_HC_PROTOCOL,
         ),
         ("v-hc-port", vec![(ANN_HC_PORT, "0")], ANN_HC_PORT),
-        (
-            "v-hc-path",
-            vec![(ANN_HC_PATH, "/tcp-has-no-path")],
-            ANN_HC_PATH,
-        ),
         (
             "v-hc-path-form",
             vec![(ANN_HC_PROTOCOL, "HTTP"), (ANN_HC_PATH, "x")],
@@ -448,10 +437,9 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             vec![(ANN_HC_INTERVAL, "301")],
             ANN_HC_INTERVAL,
         ),
-        ("v-hc-timeout", vec![(ANN_HC_TIMEOUT, "1")], ANN_HC_TIMEOUT),
         (
-            "v-hc-timeout-interval",
-            vec![(ANN_HC_TIMEOUT, "60")],
+            "v-hc-timeout",
+            vec![(ANN_HC_TIMEOUT, "ten")],
             ANN_HC_TIMEOUT,
         ),
         (
@@ -461,7 +449,7 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
         ),
         (
             "v-log-enabled",
-            vec![(ANN_ACCESS_LOG_ENABLED, "1")],
+            vec![(ANN_ACCESS_LOG_ENABLED, "on")],
             ANN_ACCESS_LOG_ENABLED,
         ),
         (
@@ -498,14 +486,9 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
         ),
         ("v-ip-subnet", vec![private_ip, internal], ANN_PRIVATE_IPV4),
         (
-            "v-node-labels",
-            vec![(ANN_TARGET_NODE_LABELS, "=a")],
-            ANN_TARGET_NODE_LABELS,
-        ),
-        (
-            "v-sgs",
-            vec![(ANN_SECURITY_GROUPS, "default")],
-            ANN_SECURITY_GROUPS,
+            "v-extra-sgs",
+            vec![(ANN_EXTRA_SECURITY_GROUPS, "sg-1")],
+            ANN_EXTRA_SECURITY_GROUPS,
         ),
         (
             "v-ranges",

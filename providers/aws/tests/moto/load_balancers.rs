@@ -256,23 +256,13 @@ async fn tcp_load_balancer_lifecycle() {
         );
     }
 
-    // Node security-group rules: clients on the node ports, health checks from the VPC, path MTU.
+    // Node security-group rules: clients on the node ports and path MTU; the client rules from everyone
+    // on the traffic ports cover the health checks, so there are no health rules.
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
     let client = format!("kubernetes.io/rule/nlb/client={name}");
-    let health = format!("kubernetes.io/rule/nlb/health={name}");
     for port in [30080, 30443] {
         assert!(
             rules.contains(&("tcp".into(), port, port, "0.0.0.0/0".into(), client.clone())),
-            "{rules:?}"
-        );
-        assert!(
-            rules.contains(&(
-                "tcp".into(),
-                port,
-                port,
-                world.vpc_cidr.clone(),
-                health.clone()
-            )),
             "{rules:?}"
         );
     }
@@ -283,7 +273,7 @@ async fn tcp_load_balancer_lifecycle() {
         "0.0.0.0/0".into(),
         "kubernetes.io/rule/nlb/mtu".into()
     )));
-    assert_eq!(rules.len(), 5);
+    assert_eq!(rules.len(), 3, "{rules:?}");
 
     // A second ensure changes nothing.
     let creates = cloud.metrics().request_count("CreateListener")
@@ -429,14 +419,16 @@ async fn udp_load_balancer() {
         "0.0.0.0/0".into(),
         format!("kubernetes.io/rule/nlb/client={name}")
     )));
-    // The health check is a TCP connection to the traffic port.
-    assert!(rules.contains(&(
-        "tcp".into(),
-        30053,
-        30053,
-        world.vpc_cidr.clone(),
-        format!("kubernetes.io/rule/nlb/health={name}")
-    )));
+    // The health check is a TCP connection to the traffic port, from the load balancer's subnets.
+    for (_, _, cidr) in &world.public_subnets {
+        assert!(rules.contains(&(
+            "tcp".into(),
+            30053,
+            30053,
+            cidr.clone(),
+            format!("kubernetes.io/rule/nlb/health={name}")
+        )));
+    }
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(observe(&name).await.is_none());
 }
@@ -575,7 +567,6 @@ async fn annotations_take_effect() {
     assert_eq!(g.healthy_threshold_count(), Some(4));
     assert_eq!(g.unhealthy_threshold_count(), Some(5));
     assert_eq!(g.health_check_interval_seconds(), Some(20));
-    assert_eq!(g.health_check_timeout_seconds(), Some(6));
     // cross-zone and access-log attributes.
     assert_eq!(
         o.attributes
@@ -617,10 +608,9 @@ async fn annotations_take_effect() {
             )
         })
         .collect();
-    assert_eq!(
-        attrs.get("preserve_client_ip.enabled").map(String::as_str),
-        Some("true")
-    );
+    // moto does not list preserve_client_ip.enabled for target groups; like upstream, an attribute the
+    // group does not list is skipped.
+    assert_eq!(attrs.get("preserve_client_ip.enabled"), None);
     assert_eq!(
         attrs
             .get("deregistration_delay.timeout_seconds")
@@ -629,9 +619,10 @@ async fn annotations_take_effect() {
     );
     // target-node-labels: only the labelled node is a target.
     assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30280));
-    // security-groups on the load balancer.
-    assert_eq!(o.lb.security_groups(), std::slice::from_ref(&extra_sg));
-    // Source ranges admit only those clients; the health check port gets the VPC range.
+    // The security-groups annotation is ignored by network load balancers (as upstream without
+    // NLBSecurityGroupMode = Managed).
+    assert!(o.lb.security_groups().is_empty(), "{:?}", o.lb);
+    // Source ranges admit only those clients; the health check port gets the load balancer's subnets.
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
     assert!(rules.contains(&(
         "tcp".into(),
@@ -640,13 +631,15 @@ async fn annotations_take_effect() {
         "192.168.0.0/16".into(),
         format!("kubernetes.io/rule/nlb/client={name}")
     )));
-    assert!(rules.contains(&(
-        "tcp".into(),
-        10256,
-        10256,
-        world.vpc_cidr.clone(),
-        format!("kubernetes.io/rule/nlb/health={name}")
-    )));
+    for (_, _, cidr) in &world.private_subnets {
+        assert!(rules.contains(&(
+            "tcp".into(),
+            10256,
+            10256,
+            cidr.clone(),
+            format!("kubernetes.io/rule/nlb/health={name}")
+        )));
+    }
     assert!(!rules.iter().any(|r| r.3 == "0.0.0.0/0"), "{rules:?}");
 
     // Changing tags and attributes later is reconciled on the existing load balancer.
@@ -667,6 +660,23 @@ async fn annotations_take_effect() {
         Some("false")
     );
     assert_eq!(o.group_of(80).healthy_threshold_count(), Some(2));
+
+    // Without their annotations, cross-zone load balancing and access logs are switched off again.
+    for key in [ANN_CROSS_ZONE, ANN_ACCESS_LOG_ENABLED] {
+        svc.metadata.annotations.as_mut().unwrap().remove(key);
+    }
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&name).await.unwrap();
+    for key in [
+        "load_balancing.cross_zone.enabled",
+        "access_logs.s3.enabled",
+    ] {
+        assert_eq!(
+            o.attributes.get(key).map(String::as_str),
+            Some("false"),
+            "{key}"
+        );
+    }
 
     // The scheme is fixed at creation.
     annotate(&mut svc, ANN_INTERNAL, "false");
@@ -701,7 +711,6 @@ async fn local_traffic_policy_health_checks() {
     assert_eq!(g.health_check_port(), Some("31999"));
     assert_eq!(g.health_check_path(), Some("/healthz"));
     assert_eq!(g.health_check_interval_seconds(), Some(10));
-    assert_eq!(g.health_check_timeout_seconds(), Some(10));
     assert_eq!(g.healthy_threshold_count(), Some(2));
     assert_eq!(g.unhealthy_threshold_count(), Some(2));
     let rules = sg_rules(&world.ec2, &world.node_sg).await;
@@ -709,7 +718,7 @@ async fn local_traffic_policy_health_checks() {
         "tcp".into(),
         31999,
         31999,
-        world.vpc_cidr.clone(),
+        world.public_subnets[0].2.clone(),
         format!("kubernetes.io/rule/nlb/health={name}")
     )));
 
@@ -915,4 +924,148 @@ async fn disabled_security_group_ingress_adds_no_rules() {
         0
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+}
+
+/// A load balancer whose target group has a name of its own (created by another controller version) keeps
+/// that group while it serves the port as wanted; a new health-check interval replaces it with a group named
+/// as upstream names it.
+#[tokio::test]
+async fn target_groups_are_kept_whatever_their_names() {
+    let world = World::new("lbadopt").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config("")).await;
+    let mut svc = nlb_service("adopt", &[("http", 80, "TCP", 30990)], &[]);
+    let name = default_load_balancer_name(&svc);
+    let elb = elb();
+    let tags = [
+        (world.cluster_tag.as_str(), "owned"),
+        ("kubernetes.io/service-name", "default/adopt"),
+    ]
+    .map(|(k, v)| {
+        aws_sdk_elasticloadbalancingv2::types::Tag::builder()
+            .key(k)
+            .value(v)
+            .build()
+    });
+    let lb = elb
+        .create_load_balancer()
+        .name(&name)
+        .r#type(aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum::Network)
+        .subnets(&world.public_subnets[0].0)
+        .set_tags(Some(tags.to_vec()))
+        .send()
+        .await
+        .unwrap();
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
+    let tg = elb
+        .create_target_group()
+        .name("legacy-adopt")
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .port(30990)
+        .vpc_id(&world.vpc_id)
+        .target_type(aws_sdk_elasticloadbalancingv2::types::TargetTypeEnum::Instance)
+        .health_check_protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .health_check_port("traffic-port")
+        .health_check_interval_seconds(30)
+        .healthy_threshold_count(3)
+        .unhealthy_threshold_count(3)
+        .send()
+        .await
+        .unwrap();
+    let legacy = tg.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string();
+    elb.create_listener()
+        .load_balancer_arn(&lb_arn)
+        .port(80)
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .default_actions(
+            aws_sdk_elasticloadbalancingv2::types::Action::builder()
+                .r#type(aws_sdk_elasticloadbalancingv2::types::ActionTypeEnum::Forward)
+                .target_group_arn(&legacy)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let nodes = nodes_of(std::slice::from_ref(&a));
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&name).await.unwrap();
+    assert_eq!(o.group_of(80).target_group_arn(), Some(legacy.as_str()));
+    assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30990));
+    for call in ["CreateTargetGroup", "ModifyTargetGroup", "ModifyListener"] {
+        assert_eq!(cloud.metrics().request_count(call), 0, "{call}");
+    }
+
+    // A new interval cannot be set in place: a new group named as upstream names it takes over.
+    annotate(&mut svc, ANN_HC_INTERVAL, "10");
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&name).await.unwrap();
+    let spec = parse(&svc).unwrap();
+    let wanted = provider_aws::load_balancer::naming::target_group_name(
+        &world.cluster_id,
+        &spec,
+        &spec.ports[0],
+    );
+    let g = o.group_of(80);
+    assert_eq!(g.target_group_name(), Some(wanted.as_str()));
+    assert_eq!(g.health_check_interval_seconds(), Some(10));
+    assert_eq!(o.targets_of(80), ids(std::slice::from_ref(&a), 30990));
+    assert!(
+        elb.describe_target_groups()
+            .target_group_arns(&legacy)
+            .send()
+            .await
+            .is_err(),
+        "the replaced target group is deleted"
+    );
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+}
+
+/// `[Global] ElbSecurityGroup` belongs to classic load balancers: a network load balancer never gets it, and
+/// node rules never go into it. An internal load balancer without source ranges admits every client, as
+/// upstream's does.
+#[tokio::test]
+async fn elb_security_group_is_classic_only() {
+    let world = World::new("lbelbsg").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config(&format!("ElbSecurityGroup = {}", world.node_sg))).await;
+    let svc = nlb_service(
+        "elbsg",
+        &[("http", 80, "TCP", 30991)],
+        &[(ANN_INTERNAL, "true")],
+    );
+    let name = default_load_balancer_name(&svc);
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
+        .await
+        .unwrap();
+    let o = observe(&name).await.unwrap();
+    assert!(o.lb.security_groups().is_empty(), "{:?}", o.lb);
+    assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+
+    let cloud = provider(&world.config("")).await;
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(std::slice::from_ref(&a)))
+        .await
+        .unwrap();
+    let rules = sg_rules(&world.ec2, &world.node_sg).await;
+    assert!(
+        rules.contains(&(
+            "tcp".into(),
+            30991,
+            30991,
+            "0.0.0.0/0".into(),
+            format!("kubernetes.io/rule/nlb/client={name}")
+        )),
+        "{rules:?}"
+    );
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
 }

@@ -194,3 +194,57 @@ async fn route_table_discovery() {
     let err = missing.list_routes("c").await.unwrap_err();
     assert!(err.to_string().contains("rtb-0000dead"), "{err}");
 }
+
+/// A route table tagged only with the legacy `KubernetesCluster=<id>` is the cluster's, as upstream finds it;
+/// one of another cluster is not.
+#[tokio::test]
+async fn legacy_tagged_route_table() {
+    let world = World::new("rtblegacy").await;
+    let a = world.instance(0).await;
+    let legacy_id = format!("{}-legacy", world.cluster_id);
+    let table = |value: &str| {
+        world
+            .ec2
+            .create_route_table()
+            .vpc_id(&world.vpc_id)
+            .tag_specifications(
+                aws_sdk_ec2::types::TagSpecification::builder()
+                    .resource_type(aws_sdk_ec2::types::ResourceType::RouteTable)
+                    .tags(
+                        aws_sdk_ec2::types::Tag::builder()
+                            .key("KubernetesCluster")
+                            .value(value)
+                            .build(),
+                    )
+                    .build(),
+            )
+    };
+    let ours = table(&legacy_id)
+        .send()
+        .await
+        .unwrap()
+        .route_table()
+        .unwrap()
+        .route_table_id()
+        .unwrap()
+        .to_string();
+    table("some-other-cluster").send().await.unwrap();
+    let config = format!(
+        "[Global]\nRegion = {}\nKubernetesClusterTag = {legacy_id}\nInstanceCacheTTL = 0\n{}",
+        crate::common::REGION,
+        crate::common::cloud_config(&legacy_id, "")
+            .split_once("\n[ServiceOverride")
+            .map(|(_, rest)| format!("[ServiceOverride{rest}"))
+            .unwrap()
+    );
+    let cloud = provider(&config).await;
+    cloud
+        .create_route("c", "uid", &route(&a.id, "10.251.0.0/24"))
+        .await
+        .unwrap();
+    assert!(
+        table_routes(&world, &ours)
+            .await
+            .contains(&("10.251.0.0/24".into(), Some(a.id.clone())))
+    );
+}
