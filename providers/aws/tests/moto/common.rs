@@ -552,3 +552,23 @@ pub async fn sg_rules(
     rules.sort();
     rules
 }
+
+/// An SDK client of the classic ELB API for seeding and observing moto.
+pub fn elb_classic() -> aws_sdk_elasticloadbalancing::Client {
+    let conf = aws_sdk_elasticloadbalancing::Config::builder()
+        .behavior_version(aws_sdk_elasticloadbalancing::config::BehaviorVersion::latest())
+        .region(aws_sdk_elasticloadbalancing::config::Region::new(REGION))
+        .credentials_provider(credentials())
+        .endpoint_url(&moto().url)
+        .http_client(provider_aws::client::https_client())
+        .build();
+    aws_sdk_elasticloadbalancing::Client::from_conf(conf)
+}
+
+/// Nodes of seeded instances (named by private DNS name, with provider IDs).
+pub fn nodes_for(instances: &[Instance]) -> Vec<k8s_openapi::api::core::v1::Node> {
+    instances
+        .iter()
+        .map(|i| node_with_id(&i.private_dns_name, &i.provider_id()))
+        .collect()
+}

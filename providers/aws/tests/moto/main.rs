@@ -2,6 +2,7 @@
 //! for this test binary on a free port of 127.0.0.1 (see `common`). Every test seeds a VPC of its own through
 //! the AWS SDK and uses a cluster ID of its own, so tests run in parallel without seeing each other.
 
+mod classic;
 mod common;
 mod controllers;
 mod fail_safe;
@@ -9,4 +10,5 @@ mod instances;
 mod load_balancers;
 mod routes;
 mod setup;
+mod takeover;
 mod volumes;

@@ -415,7 +415,7 @@ impl AwsCloud {
     /// finished from the load balancer's own group, found by name.
     pub(crate) async fn delete_classic_lb(&self, service: &Service) -> Result<()> {
         let name = cloud_provider::default_load_balancer_name(service);
-        let spec = spec::parse(service, &self.config.cluster_health_probe).ok();
+        let (annotated, extra) = spec::annotated_security_groups(service);
         let lb = match self.find_classic(&name).await? {
             Some(lb) => {
                 let tags = self.classic_tags(&name).await?;
@@ -450,17 +450,14 @@ impl AwsCloud {
                 (left, vpc)
             }
         };
-        let to_delete = self.groups_to_delete(&groups, spec.as_ref());
+        let all_annotated: Vec<String> = annotated.iter().chain(&extra).cloned().collect();
+        let to_delete = self.groups_to_delete(&groups, &all_annotated);
         match &lb {
             Some(lb) => {
-                let none = Vec::new();
-                let (annotated, extra) = spec.as_ref().map_or((&none, &none), |s| {
-                    (&s.security_groups, &s.extra_security_groups)
-                });
                 self.sync_node_group_rules(NodeRules {
                     lb_groups: &lb.security_groups,
-                    annotated,
-                    extra,
+                    annotated: &annotated,
+                    extra: &extra,
                     vpc_id: &vpc_id,
                     targets: &[],
                     deleting: &to_delete,
@@ -502,4 +499,94 @@ fn in_vpc(instances: Vec<Arc<Ec2Instance>>, vpc_id: &str) -> Vec<Arc<Ec2Instance
         .into_iter()
         .filter(|i| i.vpc_id.is_empty() || vpc_id.is_empty() || i.vpc_id == vpc_id)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spec::{ClassicListener, parse};
+    use super::*;
+    use crate::config::ClusterHealthProbe;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    fn listener(port: i32, protocol: &str, node_port: i32) -> ClassicListener {
+        ClassicListener {
+            load_balancer_port: port,
+            protocol: protocol.into(),
+            instance_port: node_port,
+            instance_protocol: "tcp".into(),
+            certificate: None,
+        }
+    }
+
+    #[test]
+    fn listener_changes_replace_what_differs() {
+        let wanted = vec![listener(80, "tcp", 30080), listener(443, "tcp", 30443)];
+        let current = vec![
+            (listener(80, "TCP", 30080), vec![]),
+            (listener(443, "tcp", 30999), vec![]),
+            (listener(8080, "tcp", 30880), vec![]),
+        ];
+        let (remove, add) = listener_changes(&wanted, &current);
+        assert_eq!(remove, vec![443, 8080]);
+        assert_eq!(add, vec![&wanted[1]]);
+        let same: Vec<(ClassicListener, Vec<String>)> =
+            wanted.iter().map(|l| (l.clone(), vec![])).collect();
+        let (remove, add) = listener_changes(&wanted, &same);
+        assert!(remove.is_empty() && add.is_empty());
+    }
+
+    fn spec(proxy: bool) -> ClassicSpec {
+        let mut svc = Service::default();
+        svc.metadata.name = Some("s".into());
+        if proxy {
+            svc.metadata.annotations =
+                Some([(spec::ANN_PROXY_PROTOCOL.to_string(), "*".to_string())].into());
+        }
+        let port = |port, node_port| ServicePort {
+            port,
+            node_port: Some(node_port),
+            ..Default::default()
+        };
+        svc.spec = Some(ServiceSpec {
+            ports: Some(vec![port(80, 30080), port(443, 30443)]),
+            ..Default::default()
+        });
+        parse(&svc, &ClusterHealthProbe::ServiceNodePort).unwrap()
+    }
+
+    #[test]
+    fn backend_policies_follow_the_proxy_protocol_annotation() {
+        let on = vec![PROXY_PROTOCOL_POLICY.to_string()];
+        let none = BTreeMap::new();
+        assert_eq!(
+            backend_policy_changes(&spec(true), &none),
+            vec![(30080, on.clone()), (30443, on.clone())]
+        );
+        assert!(backend_policy_changes(&spec(false), &none).is_empty());
+        // Already on: nothing; a stale backend port with policies is cleared.
+        let current = BTreeMap::from([
+            (30080, on.clone()),
+            (30443, on.clone()),
+            (31000, vec!["other".to_string()]),
+        ]);
+        assert_eq!(
+            backend_policy_changes(&spec(true), &current),
+            vec![(31000, vec![])]
+        );
+        // Turning it off clears every port that has it.
+        assert_eq!(
+            backend_policy_changes(&spec(false), &current),
+            vec![(30080, vec![]), (30443, vec![]), (31000, vec![])]
+        );
+    }
+
+    #[test]
+    fn status_is_the_dns_name() {
+        let s = classic_status("a1.us-east-1.elb.amazonaws.com");
+        assert_eq!(
+            s.ingress.unwrap()[0].hostname.as_deref(),
+            Some("a1.us-east-1.elb.amazonaws.com")
+        );
+        assert!(classic_status("").ingress.is_none());
+    }
 }

@@ -20,6 +20,7 @@ use cloud_provider::{CloudError, Result};
 use ipnet::IpNet;
 
 use super::spec::ClassicSpec;
+
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::instances::Ec2Instance;
@@ -559,18 +560,19 @@ impl AwsCloud {
         )))
     }
 
-    /// The groups of a deleted load balancer to delete with it: cluster-tagged, not configured or annotated.
+    /// The groups of a deleted load balancer to delete with it: cluster-tagged, neither configured nor
+    /// `annotated`.
     pub(crate) fn groups_to_delete(
         &self,
         described: &[SecurityGroup],
-        spec: Option<&ClassicSpec>,
+        annotated: &[String],
     ) -> BTreeSet<String> {
         described
             .iter()
             .filter(|g| self.group_is_tagged(g))
             .filter_map(|g| g.group_id())
             .filter(|id| Some(*id) != self.config.elb_security_group.as_deref())
-            .filter(|id| spec.is_none_or(|s| !s.annotated_security_groups().any(|a| a == id)))
+            .filter(|id| !annotated.iter().any(|a| a == id))
             .map(str::to_string)
             .collect()
     }
@@ -589,5 +591,90 @@ impl AwsCloud {
             .await
             .api("DescribeSecurityGroups")?;
         Ok(out.security_groups().to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn source_group_order_as_upstream() {
+        let tagged: BTreeSet<String> = ["sg-own".to_string()].into();
+        // The load balancer's own (tagged) group beats extra groups.
+        assert_eq!(
+            source_group(
+                &strings(&["sg-x", "sg-own"]),
+                &[],
+                &strings(&["sg-x"]),
+                &tagged
+            ),
+            Some("sg-own".into())
+        );
+        // The first annotated group, whatever AWS's order.
+        assert_eq!(
+            source_group(
+                &strings(&["sg-b", "sg-a"]),
+                &strings(&["sg-a", "sg-b"]),
+                &[],
+                &BTreeSet::new()
+            ),
+            Some("sg-a".into())
+        );
+        assert_eq!(source_group(&[], &[], &[], &tagged), None);
+    }
+
+    fn piece(protocol: &str, from: i32, to: i32, source: Source) -> RulePiece {
+        RulePiece {
+            protocol: protocol.into(),
+            from_port: Some(from),
+            to_port: Some(to),
+            source,
+        }
+    }
+
+    #[test]
+    fn elb_group_ingress_is_exactly_the_desired_rules() {
+        let world: IpNet = "0.0.0.0/0".parse().unwrap();
+        let office: IpNet = "203.0.113.0/24".parse().unwrap();
+        let v6: IpNet = "2001:db8::/32".parse().unwrap();
+        let mut desired = BTreeSet::new();
+        for cidr in [world, v6] {
+            desired.insert(piece("tcp", 80, 80, Source::Cidr(cidr)));
+        }
+        desired.insert(piece("icmp", 3, 4, Source::Cidr(world)));
+        let present = vec![
+            piece("tcp", 80, 80, Source::Cidr(world)),
+            piece("tcp", 80, 80, Source::Cidr(office)),
+            piece("tcp", 22, 22, Source::Group("sg-admin".into())),
+        ];
+        let (add, remove) = ingress_changes(&desired, &present);
+        assert_eq!(
+            add,
+            vec![
+                piece("icmp", 3, 4, Source::Cidr(world)),
+                piece("tcp", 80, 80, Source::Cidr(v6)),
+            ]
+        );
+        assert_eq!(
+            remove,
+            vec![
+                piece("tcp", 22, 22, Source::Group("sg-admin".into())),
+                piece("tcp", 80, 80, Source::Cidr(office)),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_and_descriptions() {
+        assert_eq!(elb_group_name("a123"), "k8s-elb-a123");
+        assert_eq!(
+            elb_group_description("a123", "shop/web"),
+            "Security group for Kubernetes ELB a123 (shop/web)"
+        );
     }
 }

@@ -155,13 +155,6 @@ impl ClassicSpec {
     pub fn service_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
-
-    /// The security-group lists the annotations name, primary first then extra.
-    pub fn annotated_security_groups(&self) -> impl Iterator<Item = &String> {
-        self.security_groups
-            .iter()
-            .chain(&self.extra_security_groups)
-    }
 }
 
 /// `k=v,k2=` pairs read as upstream reads them: items trimmed, split at the first `=` (text after a second
@@ -468,6 +461,13 @@ fn check_ports(service: &Service) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// The groups of the security-groups and extra-security-groups annotations (read on their own, so a
+/// deletion knows them even when another annotation is malformed).
+pub fn annotated_security_groups(service: &Service) -> (Vec<String>, Vec<String>) {
+    let list = |key| annotation(service, key).map(id_list).unwrap_or_default();
+    (list(ANN_SECURITY_GROUPS), list(ANN_EXTRA_SECURITY_GROUPS))
+}
+
 /// Parses and validates a Service whose load balancer is a classic ELB.
 pub fn parse(
     service: &Service,
@@ -516,12 +516,7 @@ pub fn parse(
             Some(list)
         }
     };
-    let security_groups = annotation(service, ANN_SECURITY_GROUPS)
-        .map(id_list)
-        .unwrap_or_default();
-    let extra_security_groups = annotation(service, ANN_EXTRA_SECURITY_GROUPS)
-        .map(id_list)
-        .unwrap_or_default();
+    let (security_groups, extra_security_groups) = annotated_security_groups(service);
     Ok(ClassicSpec {
         namespace: service
             .metadata
@@ -548,4 +543,302 @@ pub fn parse(
         source_ranges: source_ranges(service)?
             .unwrap_or_else(|| vec![IpNet::V4(ipnet::Ipv4Net::default())]),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    const CERT: &str = "arn:aws:acm:us-east-1:1:certificate/x";
+
+    fn service(annotations: &[(&str, &str)]) -> Service {
+        let mut s = Service::default();
+        s.metadata.name = Some("web".into());
+        s.metadata.namespace = Some("shop".into());
+        s.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        let port = |name: &str, port: i32, node_port: i32| ServicePort {
+            name: Some(name.into()),
+            port,
+            protocol: Some("TCP".into()),
+            node_port: Some(node_port),
+            ..Default::default()
+        };
+        s.spec = Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![port("http", 80, 30080), port("HTTPS", 443, 30443)]),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn parse_default(annotations: &[(&str, &str)]) -> Result<ClassicSpec, SpecError> {
+        parse(&service(annotations), &ClusterHealthProbe::ServiceNodePort)
+    }
+
+    fn listener(
+        port: i32,
+        protocol: &str,
+        node_port: i32,
+        instance: &str,
+        cert: bool,
+    ) -> ClassicListener {
+        ClassicListener {
+            load_balancer_port: port,
+            protocol: protocol.into(),
+            instance_port: node_port,
+            instance_protocol: instance.into(),
+            certificate: cert.then(|| CERT.to_string()),
+        }
+    }
+
+    #[test]
+    fn upstream_defaults() {
+        let spec = parse_default(&[]).unwrap();
+        assert_eq!(spec.service_name(), "shop/web");
+        assert!(!spec.internal);
+        assert_eq!(
+            spec.listeners,
+            vec![
+                listener(80, "tcp", 30080, "tcp", false),
+                listener(443, "tcp", 30443, "tcp", false)
+            ]
+        );
+        assert_eq!(
+            spec.health_check,
+            ClassicHealthCheck {
+                target: "TCP:30080".into(),
+                healthy_threshold: 2,
+                unhealthy_threshold: 6,
+                interval: 10,
+                timeout: 5,
+            }
+        );
+        assert_eq!(
+            spec.attributes,
+            ClassicAttributes {
+                access_log_enabled: false,
+                access_log_emit_interval: None,
+                access_log_bucket: None,
+                access_log_prefix: None,
+                connection_draining_enabled: false,
+                connection_draining_timeout: None,
+                idle_timeout: 60,
+                cross_zone: false,
+            }
+        );
+        assert_eq!(
+            spec.source_ranges,
+            vec!["0.0.0.0/0".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(spec.ports, vec![80, 443]);
+        assert!(!spec.proxy_protocol);
+        assert_eq!(spec.ssl_negotiation_policy, None);
+    }
+
+    /// Listeners from certificates, ssl-ports and backend protocol, by upstream's table.
+    #[test]
+    fn listeners_by_upstream_rules() {
+        let cert = (ANN_SSL_CERT, CERT);
+        let spec = parse_default(&[cert]).unwrap();
+        assert_eq!(spec.listeners[0], listener(80, "ssl", 30080, "tcp", true));
+        for (backend, front, back) in [
+            ("https", "https", "https"),
+            ("http", "https", "http"),
+            ("ssl", "ssl", "ssl"),
+            ("tcp", "ssl", "tcp"),
+        ] {
+            let spec = parse_default(&[cert, (ANN_BACKEND_PROTOCOL, backend)]).unwrap();
+            assert_eq!(
+                spec.listeners[1],
+                listener(443, front, 30443, back, true),
+                "{backend}"
+            );
+        }
+        // ssl-ports by number or lower-cased port name, items not trimmed (as upstream).
+        let spec = parse_default(&[cert, (ANN_SSL_PORTS, "https")]).unwrap();
+        assert!(!spec.listeners[0].is_tls());
+        assert!(spec.listeners[1].is_tls());
+        let spec = parse_default(&[cert, (ANN_SSL_PORTS, "80, 443")]).unwrap();
+        assert!(spec.listeners[0].is_tls());
+        assert!(
+            !spec.listeners[1].is_tls(),
+            "\" 443\" is a name matching no port"
+        );
+        // Without a certificate: http backends get HTTP listeners, others TCP.
+        let spec = parse_default(&[(ANN_BACKEND_PROTOCOL, "http")]).unwrap();
+        assert_eq!(
+            spec.listeners[0],
+            listener(80, "http", 30080, "http", false)
+        );
+        let spec = parse_default(&[(ANN_BACKEND_PROTOCOL, "https")]).unwrap();
+        assert_eq!(spec.listeners[0], listener(80, "tcp", 30080, "tcp", false));
+        assert_eq!(spec.health_check.target, "SSL:30080");
+        assert_eq!(
+            parse_default(&[cert, (ANN_BACKEND_PROTOCOL, "HTTP")])
+                .unwrap_err()
+                .subject,
+            ANN_BACKEND_PROTOCOL
+        );
+    }
+
+    #[test]
+    fn listener_equality_ignores_case() {
+        let a = listener(443, "ssl", 30443, "tcp", true);
+        let mut b = listener(443, "SSL", 30443, "TCP", true);
+        assert!(a.same_as(&b));
+        b.certificate = Some(CERT.to_uppercase());
+        assert!(a.same_as(&b));
+        b.certificate = None;
+        assert!(!a.same_as(&b));
+        assert!(!a.same_as(&listener(443, "ssl", 30444, "tcp", true)));
+    }
+
+    #[test]
+    fn health_checks() {
+        let mut local = service(&[]);
+        let spec = local.spec.as_mut().unwrap();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(32000);
+        let probe = ClusterHealthProbe::ServiceNodePort;
+        assert_eq!(
+            parse(&local, &probe).unwrap().health_check.target,
+            "HTTP:32000/healthz"
+        );
+        local
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANN_HC_PORT.into(), "traffic-port".into());
+        assert_eq!(
+            parse(&local, &probe).unwrap().health_check.target,
+            "HTTP:30080/healthz"
+        );
+
+        let shared = ClusterHealthProbe::Shared {
+            port: 10256,
+            path: "/healthz".into(),
+        };
+        assert_eq!(
+            parse(&service(&[]), &shared).unwrap().health_check.target,
+            "HTTP:10256/healthz"
+        );
+        let spec = parse_default(&[
+            (ANN_HC_PROTOCOL, "HTTPS"),
+            (ANN_HC_PORT, "8443"),
+            (ANN_HC_PATH, "/ready"),
+            (ANN_HC_HEALTHY, "3"),
+            (ANN_HC_UNHEALTHY, "4"),
+            (ANN_HC_INTERVAL, "30"),
+            (ANN_HC_TIMEOUT, "6"),
+        ])
+        .unwrap();
+        assert_eq!(
+            spec.health_check,
+            ClassicHealthCheck {
+                target: "HTTPS:8443/ready".into(),
+                healthy_threshold: 3,
+                unhealthy_threshold: 4,
+                interval: 30,
+                timeout: 6,
+            }
+        );
+        // A path on a TCP check is not used; HTTP without a path checks "/".
+        assert_eq!(
+            parse_default(&[(ANN_HC_PATH, "/x")])
+                .unwrap()
+                .health_check
+                .target,
+            "TCP:30080"
+        );
+        assert_eq!(
+            parse_default(&[(ANN_HC_PROTOCOL, "HTTP")])
+                .unwrap()
+                .health_check
+                .target,
+            "HTTP:30080/"
+        );
+        assert_eq!(
+            parse_default(&[(ANN_HC_TIMEOUT, "10")])
+                .unwrap_err()
+                .subject,
+            ANN_HC_TIMEOUT
+        );
+    }
+
+    #[test]
+    fn attributes_and_flags() {
+        let spec = parse_default(&[
+            (ANN_ACCESS_LOG_ENABLED, "T"),
+            (ANN_ACCESS_LOG_BUCKET, "logs"),
+            (ANN_ACCESS_LOG_PREFIX, "web"),
+            (ANN_ACCESS_LOG_EMIT_INTERVAL, "5"),
+            (ANN_CONNECTION_DRAINING_ENABLED, "1"),
+            (ANN_CONNECTION_DRAINING_TIMEOUT, "30"),
+            (ANN_CONNECTION_IDLE_TIMEOUT, ""),
+            (ANN_CROSS_ZONE, "True"),
+            (ANN_PROXY_PROTOCOL, "*"),
+            (ANN_INTERNAL, "yes"),
+            (ANN_SSL_NEGOTIATION_POLICY, ""),
+            (ANN_SECURITY_GROUPS, "sg-1, ,sg-2"),
+            (ANN_EXTRA_SECURITY_GROUPS, "sg-3"),
+            (ANN_ADDITIONAL_TAGS, " a=1=2, b ,=c"),
+            (ANN_TARGET_NODE_LABELS, "role=lb,edge"),
+        ])
+        .unwrap();
+        let a = &spec.attributes;
+        assert!(a.access_log_enabled && a.connection_draining_enabled && a.cross_zone);
+        assert_eq!(a.access_log_bucket.as_deref(), Some("logs"));
+        assert_eq!(a.access_log_emit_interval, Some(5));
+        assert_eq!(a.connection_draining_timeout, Some(30));
+        assert_eq!(a.idle_timeout, 60, "an empty value is the default");
+        assert!(spec.proxy_protocol);
+        assert!(spec.internal, "any value but \"false\" is internal");
+        assert_eq!(spec.ssl_negotiation_policy.as_deref(), Some(""));
+        assert_eq!(spec.security_groups, ["sg-1", "sg-2"]);
+        assert_eq!(spec.extra_security_groups, ["sg-3"]);
+        assert_eq!(
+            spec.additional_tags,
+            BTreeMap::from([("a".into(), "1".into()), ("b".into(), "".into())])
+        );
+        assert_eq!(
+            spec.target_node_labels,
+            BTreeMap::from([("edge".into(), "".into()), ("role".into(), "lb".into())])
+        );
+        assert!(!parse_default(&[(ANN_INTERNAL, "false")]).unwrap().internal);
+    }
+
+    #[test]
+    fn preflight_errors_name_their_subject() {
+        let mut affinity = service(&[]);
+        affinity.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        let mut udp = service(&[]);
+        for p in udp.spec.as_mut().unwrap().ports.as_mut().unwrap() {
+            p.protocol = Some("UDP".into());
+        }
+        let mut ip = service(&[]);
+        ip.spec.as_mut().unwrap().load_balancer_ip = Some("1.2.3.4".into());
+        let probe = ClusterHealthProbe::ServiceNodePort;
+        assert_eq!(
+            parse(&affinity, &probe).unwrap_err().subject,
+            "spec.sessionAffinity"
+        );
+        assert_eq!(parse(&udp, &probe).unwrap_err().subject, "spec.ports");
+        assert_eq!(
+            parse(&ip, &probe).unwrap_err().subject,
+            "spec.loadBalancerIP"
+        );
+        // A port without a node port yet gets no listener; its Service port is still admitted.
+        let mut pending = service(&[]);
+        pending.spec.as_mut().unwrap().ports.as_mut().unwrap()[1].node_port = None;
+        let spec = parse(&pending, &probe).unwrap();
+        assert_eq!(spec.listeners.len(), 1);
+        assert_eq!(spec.ports, vec![80, 443]);
+    }
 }
