@@ -103,11 +103,12 @@ impl ClusterTagging {
         self.cluster_id.is_some() && self.is_ours(tags)
     }
 
-    /// Whether a resource carries no cluster tag of any cluster (shared infrastructure).
+    /// Whether a resource carries no `kubernetes.io/cluster/` tag of any cluster (shared infrastructure); as
+    /// upstream's `hasNoClusterPrefixTag`, the legacy `KubernetesCluster` tag is not looked at.
     pub fn has_no_cluster_tag<'a>(tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
         !tags
             .into_iter()
-            .any(|(key, _)| key.starts_with(TAG_CLUSTER_PREFIX) || key == TAG_LEGACY_CLUSTER)
+            .any(|(key, _)| key.starts_with(TAG_CLUSTER_PREFIX))
     }
 
     /// The tags marking a new resource as owned by the cluster (empty without a cluster ID).
@@ -198,7 +199,7 @@ mod tests {
             "kubernetes.io/cluster/other",
             "shared"
         )])));
-        assert!(!ClusterTagging::has_no_cluster_tag(tags(&[(
+        assert!(ClusterTagging::has_no_cluster_tag(tags(&[(
             "KubernetesCluster",
             "a"
         )])));

@@ -43,7 +43,22 @@ impl SubnetInfo {
     }
 }
 
-/// Picks one subnet per zone from the VPC's subnets, sorted by zone.
+/// Picks one subnet per zone from the cluster's subnets (public ones only for internet-facing load
+/// balancers), sorted by zone.
+/// The VPC's subnets the cluster may use, as upstream finds them: those tagged for the cluster and those
+/// without any `kubernetes.io/cluster/` tag.
+pub(crate) fn cluster_subnets(
+    subnets: Vec<SubnetInfo>,
+    tagging: &ClusterTagging,
+) -> Vec<SubnetInfo> {
+    subnets
+        .into_iter()
+        .filter(|s| {
+            tagging.is_ours(s.tag_pairs()) || ClusterTagging::has_no_cluster_tag(s.tag_pairs())
+        })
+        .collect()
+}
+
 pub(crate) fn choose_subnets(
     subnets: &[SubnetInfo],
     internal: bool,
@@ -63,10 +78,7 @@ pub(crate) fn choose_subnets(
     };
     let mut by_zone: BTreeMap<&str, &SubnetInfo> = BTreeMap::new();
     for s in subnets {
-        let ours = tagging.has_cluster_tag(s.tag_pairs())
-            || ClusterTagging::has_no_cluster_tag(s.tag_pairs())
-            || tagging.cluster_id().is_none();
-        if !ours || (!internal && !s.public) {
+        if !internal && !s.public {
             continue;
         }
         match by_zone.get(s.zone.as_str()) {
@@ -181,9 +193,13 @@ impl AwsCloud {
         if let Some(items) = annotated {
             return self.annotated_subnets(items, vpc_id).await;
         }
-        let mut subnets = self
+        let in_vpc = self
             .describe_subnets(vec![filter("vpc-id", [vpc_id])])
             .await?;
+        let mut subnets = cluster_subnets(in_vpc, &self.tagging);
+        if subnets.is_empty() {
+            subnets = self.fallback_subnet().await?;
+        }
         let ids: Vec<String> = subnets.iter().map(|s| s.id.clone()).collect();
         let public = self.public_subnet_ids(vpc_id, &ids).await?;
         for s in &mut subnets {
@@ -194,15 +210,6 @@ impl AwsCloud {
             .await?;
         if !chosen.is_empty() {
             return Ok(chosen);
-        }
-        if let Some(fallback) = &self.config.subnet_id {
-            tracing::warn!(subnet = %fallback, "no tagged subnets found; falling back to [Global] SubnetID");
-            let found = self
-                .describe_subnets(vec![filter("subnet-id", [fallback.as_str()])])
-                .await?;
-            if !found.is_empty() {
-                return Ok(found);
-            }
         }
         Err(CloudError::provider(format!(
             "could not find any suitable subnets for the {} load balancer in {vpc_id}: tag {} subnets with {} (or {ANN_SUBNETS} on the Service)",
@@ -218,6 +225,17 @@ impl AwsCloud {
                 TAG_ROLE_ELB
             },
         )))
+    }
+
+    /// The subnet of `[Global] SubnetID`, where upstream falls back to when the VPC has no subnet the
+    /// cluster may use (it still has to pass the public-subnet test); none when it is not configured.
+    async fn fallback_subnet(&self) -> Result<Vec<SubnetInfo>> {
+        let Some(fallback) = &self.config.subnet_id else {
+            return Ok(Vec::new());
+        };
+        tracing::warn!(subnet = %fallback, "no subnet tagged for the cluster; falling back to [Global] SubnetID");
+        self.describe_subnets(vec![filter("subnet-id", [fallback.as_str()])])
+            .await
     }
 
     /// The subnets in zones of type `availability-zone`: as upstream, Local Zones, Wavelength Zones and
@@ -377,18 +395,21 @@ mod tests {
                 false,
             ),
         ];
+        // Another cluster's subnet is never used.
+        let usable = cluster_subnets(subnets.clone(), &tagging);
+        assert!(!ids(&usable).contains(&"subnet-e"));
+        assert_eq!(usable.len(), subnets.len() - 1);
         // Internet-facing: public only; lowest ID, then cluster tag, then role tag win.
         assert_eq!(
-            ids(&choose_subnets(&subnets, false, &tagging)),
+            ids(&choose_subnets(&usable, false, &tagging)),
             vec!["subnet-a", "subnet-c", "subnet-d"]
         );
         // Internal: private subnets too, internal role tag preferred.
         assert_eq!(
-            ids(&choose_subnets(&subnets, true, &tagging)),
+            ids(&choose_subnets(&usable, true, &tagging)),
             vec!["subnet-a", "subnet-c", "subnet-1", "subnet-g"]
         );
-        // Another cluster's subnet is never used.
-        assert!(!ids(&choose_subnets(&subnets, true, &tagging)).contains(&"subnet-e"));
+
         assert!(choose_subnets(&[], false, &tagging).is_empty());
     }
 }

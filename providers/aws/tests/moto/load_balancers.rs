@@ -1104,3 +1104,66 @@ async fn shared_health_probe_for_network_load_balancers() {
     );
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
 }
+
+/// With no subnet the cluster may use (all tagged for other clusters), `[Global] SubnetID` is the fallback,
+/// as upstream's; it must still be public for an internet-facing load balancer.
+#[tokio::test]
+async fn subnet_id_is_the_fallback_when_no_subnet_is_the_clusters() {
+    let world = World::new("lbfallback").await;
+    let a = world.instance(0).await;
+    let all: Vec<String> = world
+        .public_subnets
+        .iter()
+        .chain(&world.private_subnets)
+        .map(|s| s.0.clone())
+        .collect();
+    world
+        .ec2
+        .create_tags()
+        .set_resources(Some(all))
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("kubernetes.io/cluster/another-cluster")
+                .value("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    world
+        .ec2
+        .delete_tags()
+        .set_resources(Some(
+            world.private_subnets.iter().map(|s| s.0.clone()).collect(),
+        ))
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(&world.cluster_tag)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let nodes = nodes_of(std::slice::from_ref(&a));
+    let public = &world.public_subnets[1].0;
+    let cloud = provider(&world.config(&format!("SubnetID = {public}"))).await;
+    let svc = nlb_service("fallback", &[("http", 80, "TCP", 30994)], &[]);
+    cloud.ensure_load_balancer("k", &svc, &nodes).await.unwrap();
+    let o = observe(&default_load_balancer_name(&svc)).await.unwrap();
+    let subnets: Vec<&str> =
+        o.lb.availability_zones()
+            .iter()
+            .filter_map(|z| z.subnet_id())
+            .collect();
+    assert_eq!(subnets, vec![public.as_str()]);
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+
+    let private = &world.private_subnets[0].0;
+    let cloud = provider(&world.config(&format!("SubnetID = {private}"))).await;
+    let svc = nlb_service("fallback2", &[("http", 80, "TCP", 30995)], &[]);
+    let err = cloud
+        .ensure_load_balancer("k", &svc, &nodes)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("suitable subnets"), "{err}");
+}
