@@ -503,12 +503,6 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
                 ));
             }
         };
-        if p.node_port.unwrap_or(0) == 0 {
-            return Err(SpecError::new(
-                "spec.ports",
-                format!("port {} has no nodePort yet", p.port),
-            ));
-        }
         protocols.push(protocol);
     }
     if protocols.iter().any(|p| *p != protocols[0]) {
@@ -521,9 +515,15 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
     // Scheme and placement.
     // As upstream: any value but "false" (and empty) makes the load balancer internal.
     let internal = !matches!(annotation(service, ANN_INTERNAL), None | Some("false" | ""));
+    // Empty items are skipped, as upstream splits the list.
     let subnets = annotation(service, ANN_SUBNETS)
-        .map(|v| parse_list(ANN_SUBNETS, v))
-        .transpose()?;
+        .map(|v| {
+            v.split(',')
+                .map(|i| i.trim().to_string())
+                .filter(|i| !i.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .filter(|list| !list.is_empty());
     let eip_allocations = match annotation(service, ANN_EIP_ALLOCATIONS) {
         None => None,
         Some(v) => {
@@ -567,8 +567,11 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
         ));
     }
 
-    // TLS.
-    let certificate = annotation(service, ANN_SSL_CERT).map(str::to_string);
+    // TLS, read as upstream reads it: a policy, ports or backend protocol without a certificate, ports the
+    // Service does not have and UDP ports in the list are ignored, not errors.
+    let certificate = annotation(service, ANN_SSL_CERT)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
     if let Some(cert) = &certificate
         && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
     {
@@ -577,77 +580,26 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
             format!("{cert:?} is not a certificate ARN"),
         ));
     }
-    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY).map(str::to_string);
-    if let Some(policy) = &ssl_policy {
-        if certificate.is_none() {
-            return Err(SpecError::new(
-                ANN_SSL_NEGOTIATION_POLICY,
-                format!("needs a certificate ({ANN_SSL_CERT})"),
-            ));
-        }
-        if policy.is_empty() {
-            return Err(SpecError::new(
-                ANN_SSL_NEGOTIATION_POLICY,
-                "must not be empty",
-            ));
-        }
-    }
-    let backend_tls = match annotation(service, ANN_BACKEND_PROTOCOL).map(str::to_ascii_lowercase) {
-        None => false,
-        Some(v) if v == "tcp" => false,
-        Some(v) if v == "ssl" || v == "tls" => {
-            if certificate.is_none() {
-                return Err(SpecError::new(
-                    ANN_BACKEND_PROTOCOL,
-                    format!("{v:?} needs TLS listeners ({ANN_SSL_CERT})"),
-                ));
-            }
-            true
-        }
-        Some(v) => {
-            return Err(SpecError::new(
-                ANN_BACKEND_PROTOCOL,
-                format!("{v:?} is not supported by network load balancers (use tcp or ssl)"),
-            ));
-        }
-    };
+    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    // Only "ssl" makes TLS target groups; upstream ignores every other value.
+    let backend_tls = annotation(service, ANN_BACKEND_PROTOCOL) == Some("ssl");
     let ssl_ports: Option<Vec<String>> = match annotation(service, ANN_SSL_PORTS) {
-        None | Some("*") => None,
-        Some(v) => {
-            if certificate.is_none() {
-                return Err(SpecError::new(
-                    ANN_SSL_PORTS,
-                    format!("needs a certificate ({ANN_SSL_CERT})"),
-                ));
-            }
-            let items = parse_list(ANN_SSL_PORTS, v)?;
-            for item in &items {
-                let port = service_ports.iter().find(|p| {
-                    p.name.as_deref() == Some(item.as_str()) || p.port.to_string() == *item
-                });
-                match port {
-                    None => {
-                        return Err(SpecError::new(
-                            ANN_SSL_PORTS,
-                            format!("{item:?} matches no port of the Service"),
-                        ));
-                    }
-                    Some(p) if p.protocol.as_deref() == Some("UDP") => {
-                        return Err(SpecError::new(
-                            ANN_SSL_PORTS,
-                            format!("port {item:?} is UDP and cannot use TLS"),
-                        ));
-                    }
-                    Some(_) => {}
-                }
-            }
-            Some(items)
-        }
+        None | Some("" | "*") => None,
+        Some(v) => Some(
+            v.split(',')
+                .map(|i| i.trim().to_string())
+                .filter(|i| !i.is_empty())
+                .collect(),
+        ),
     };
 
+    // As upstream, a port without a node port (allocateLoadBalancerNodePorts: false) gets no listener.
     let ports: Vec<PortMapping> = service_ports
         .iter()
         .zip(&protocols)
+        .filter(|(p, _)| p.node_port.unwrap_or(0) != 0)
         .map(|(p, protocol)| {
             let port_name = p.name.clone().unwrap_or_default();
             let tls = certificate.is_some()
@@ -1120,18 +1072,8 @@ mod tests {
     /// Every validation error names the annotation or field at fault.
     #[test]
     fn validation_errors_name_their_subject() {
-        let cert = (ANN_SSL_CERT, "arn:aws:acm:us-east-1:1:certificate/x");
         let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
-            (vec![(ANN_SUBNETS, "subnet-1,,subnet-2")], ANN_SUBNETS),
             (vec![(ANN_SSL_CERT, "my-cert")], ANN_SSL_CERT),
-            (vec![(ANN_SSL_PORTS, "443")], ANN_SSL_PORTS),
-            (vec![cert, (ANN_SSL_PORTS, "8443")], ANN_SSL_PORTS),
-            (
-                vec![(ANN_SSL_NEGOTIATION_POLICY, "p")],
-                ANN_SSL_NEGOTIATION_POLICY,
-            ),
-            (vec![(ANN_BACKEND_PROTOCOL, "http")], ANN_BACKEND_PROTOCOL),
-            (vec![(ANN_BACKEND_PROTOCOL, "ssl")], ANN_BACKEND_PROTOCOL),
             (vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")], ANN_ADDITIONAL_TAGS),
             (vec![(ANN_HC_PROTOCOL, "udp")], ANN_HC_PROTOCOL),
             (vec![(ANN_HC_PORT, "70000")], ANN_HC_PORT),
@@ -1307,8 +1249,10 @@ mod tests {
         let svc = service(&[], &[("a", 9, "SCTP", 30009)]);
         assert!(parse(&svc).unwrap_err().message.contains("SCTP"));
 
-        let svc = service(&[], &[("a", 9, "TCP", 0)]);
-        assert!(parse(&svc).unwrap_err().message.contains("nodePort"));
+        // A port without a node port gets no listener, as upstream ignores it.
+        let svc = service(&[], &[("a", 9, "TCP", 0), ("b", 10, "TCP", 30010)]);
+        let ports: Vec<i32> = parse(&svc).unwrap().ports.iter().map(|p| p.port).collect();
+        assert_eq!(ports, [10]);
 
         let mut svc = web(&[]);
         svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["nope".into()]);
@@ -1316,15 +1260,55 @@ mod tests {
             parse(&svc).unwrap_err().subject,
             "spec.loadBalancerSourceRanges"
         );
+    }
 
+    /// TLS annotations upstream ignores rather than refuses: a policy, ports or backend protocol without a
+    /// certificate, unknown or UDP ports in the list, backend protocols other than `ssl`, empty values.
+    #[test]
+    fn tls_annotations_ignored_as_upstream_ignores_them() {
+        let ignored: &[&[(&str, &str)]] = &[
+            &[(ANN_SSL_NEGOTIATION_POLICY, "p")],
+            &[(ANN_SSL_PORTS, "443")],
+            &[(ANN_BACKEND_PROTOCOL, "ssl")],
+            &[(ANN_BACKEND_PROTOCOL, "http")],
+            &[(ANN_SSL_CERT, "")],
+        ];
+        for annotations in ignored {
+            let spec = parse(&web(annotations)).unwrap();
+            assert!(
+                spec.ports
+                    .iter()
+                    .all(|p| p.listener_protocol == Protocol::Tcp
+                        && p.target_protocol == Protocol::Tcp),
+                "{annotations:?}"
+            );
+        }
+        let cert = (ANN_SSL_CERT, "arn:aws:acm:r:1:certificate/x");
+        let spec = parse(&web(&[
+            cert,
+            (ANN_SSL_PORTS, "8443, https"),
+            (ANN_SSL_NEGOTIATION_POLICY, ""),
+        ]))
+        .unwrap();
+        assert_eq!(spec.ports[0].listener_protocol, Protocol::Tcp);
+        assert_eq!(spec.ports[1].listener_protocol, Protocol::Tls);
+        assert_eq!(spec.ports[1].ssl_policy, None);
+        // Only "ssl" (as written) makes TLS target groups.
+        let spec = parse(&web(&[cert, (ANN_BACKEND_PROTOCOL, "tls")])).unwrap();
+        assert_eq!(spec.ports[1].target_protocol, Protocol::Tcp);
         let svc = service(
-            &[
-                (ANN_SSL_CERT, "arn:aws:acm:r:1:certificate/x"),
-                (ANN_SSL_PORTS, "dns"),
-            ],
+            &[cert, (ANN_SSL_PORTS, "dns")],
             &[("dns", 53, "UDP", 30053)],
         );
-        assert_eq!(parse(&svc).unwrap_err().subject, ANN_SSL_PORTS);
+        assert_eq!(
+            parse(&svc).unwrap().ports[0].listener_protocol,
+            Protocol::Udp
+        );
+        let spec = parse(&web(&[(ANN_SUBNETS, "subnet-1,,subnet-2")])).unwrap();
+        assert_eq!(
+            spec.subnets,
+            Some(vec!["subnet-1".into(), "subnet-2".into()])
+        );
     }
 
     #[test]

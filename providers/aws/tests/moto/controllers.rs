@@ -363,10 +363,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
     .await;
 
     // Every validation error reaches its Service as a Warning naming the annotation or field.
-    let cert = (
-        ANN_SSL_CERT,
-        "arn:aws:iam::123456789012:server-certificate/x",
-    );
     let internal = (ANN_INTERNAL, "true");
     let eip = (ANN_EIP_ALLOCATIONS, "eipalloc-0123");
     let private_ip = (ANN_PRIVATE_IPV4, "192.168.7.7,192.168.8.8");
@@ -385,31 +381,6 @@ async fn services_get_load_balancers_and_validation_errors_become_warnings() {
             ANN_SUBNETS,
         ),
         ("v-cert", vec![(ANN_SSL_CERT, "my-cert")], ANN_SSL_CERT),
-        (
-            "v-ssl-ports",
-            vec![cert, (ANN_SSL_PORTS, "9999")],
-            ANN_SSL_PORTS,
-        ),
-        (
-            "v-ssl-ports-no-cert",
-            vec![(ANN_SSL_PORTS, "80")],
-            ANN_SSL_PORTS,
-        ),
-        (
-            "v-policy",
-            vec![(ANN_SSL_NEGOTIATION_POLICY, "p")],
-            ANN_SSL_NEGOTIATION_POLICY,
-        ),
-        (
-            "v-backend",
-            vec![(ANN_BACKEND_PROTOCOL, "http")],
-            ANN_BACKEND_PROTOCOL,
-        ),
-        (
-            "v-backend-no-cert",
-            vec![(ANN_BACKEND_PROTOCOL, "ssl")],
-            ANN_BACKEND_PROTOCOL,
-        ),
         (
             "v-tags-reserved",
             vec![(ANN_ADDITIONAL_TAGS, "aws:x=1")],
