@@ -227,3 +227,56 @@ async fn failed_lookups_change_nothing_and_a_later_sync_converges() {
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(sg_rules(&world.ec2, &world.node_sg).await.is_empty());
 }
+
+/// The same for classic ELBs: without instance data or security groups, no instance is deregistered and no
+/// node rule revoked.
+#[tokio::test]
+async fn classic_failed_lookups_change_nothing_and_a_later_sync_converges() {
+    let world = World::new("failclb").await;
+    let a = world.instance(0).await;
+    let b = world.instance(1).await;
+    let (proxy, failing) = ec2_proxy().await;
+    let cloud = provider(&config_through(&world, &proxy)).await;
+    let svc = crate::common::lb_service("safe", &[("http", 80, "TCP", 30994)], &[]);
+    let name = default_load_balancer_name(&svc);
+    cloud
+        .ensure_load_balancer("k", &svc, &nodes_of(&[&a, &b]))
+        .await
+        .unwrap();
+    let both = BTreeSet::from([a.id.clone(), b.id.clone()]);
+    let registered = || async {
+        crate::classic::observe_classic(&name)
+            .await
+            .unwrap()
+            .instances()
+    };
+    assert_eq!(registered().await, both);
+    let rules = crate::classic::ingress(&world, &world.node_sg).await;
+
+    let only_a = nodes_of(&[&a]);
+    for action in ["DescribeInstances", "DescribeSecurityGroups"] {
+        let before = cloud.metrics().mutating_calls();
+        *failing.lock() = Some(action.into());
+        let err = cloud
+            .update_load_balancer("k", &svc, &only_a)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("InternalError"), "{action}: {err}");
+        cloud
+            .ensure_load_balancer("k", &svc, &only_a)
+            .await
+            .unwrap_err();
+        assert_eq!(cloud.metrics().mutating_calls(), before, "{action}");
+        assert_eq!(registered().await, both, "{action}");
+        assert_eq!(crate::classic::ingress(&world, &world.node_sg).await, rules);
+    }
+
+    *failing.lock() = None;
+    cloud
+        .update_load_balancer("k", &svc, &only_a)
+        .await
+        .unwrap();
+    assert_eq!(registered().await, BTreeSet::from([a.id.clone()]));
+    cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
+    assert!(crate::classic::observe_classic(&name).await.is_none());
+}

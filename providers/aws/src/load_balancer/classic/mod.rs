@@ -404,10 +404,11 @@ impl AwsCloud {
             )));
         };
         self.sync_ssl_negotiation_policy(&lb, &spec).await?;
+        // Node rules first: their lookups may fail, and then nothing is deregistered either.
         let targets = in_vpc(instances, &lb.vpc_id);
-        self.sync_classic_instances(&lb, &targets).await?;
         self.sync_node_group_rules(node_rules(&lb, &spec, &targets, &BTreeSet::new()))
-            .await
+            .await?;
+        self.sync_classic_instances(&lb, &targets).await
     }
 
     /// Deletes the Service's classic load balancer: node rules first, then the load balancer, then the
