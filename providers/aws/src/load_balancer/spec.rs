@@ -291,7 +291,7 @@ pub struct LbSpec {
     pub private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
     /// Labels a node needs to be a target.
     pub target_node_labels: BTreeMap<String, String>,
-    /// Allowed client CIDRs (empty: everyone, or the VPC for internal load balancers).
+    /// Allowed client CIDRs (empty: everyone, internal load balancers included).
     pub source_ranges: Vec<IpNet>,
     /// `externalTrafficPolicy: Local`.
     pub local_traffic: bool,
