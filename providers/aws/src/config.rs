@@ -158,8 +158,9 @@ pub struct CloudConfig {
     pub kubernetes_cluster_id: Option<String>,
     /// `DisableSecurityGroupIngress`: never add load-balancer rules to the nodes' security groups.
     pub disable_security_group_ingress: bool,
-    /// `ElbSecurityGroup`: the security group attached to load balancers without a
-    /// `service.beta.kubernetes.io/aws-load-balancer-security-groups` annotation.
+    /// `ElbSecurityGroup`: the security group attached to classic load balancers without a
+    /// `service.beta.kubernetes.io/aws-load-balancer-security-groups` annotation; never attached to network
+    /// load balancers, and never changed by node-rule syncs.
     pub elb_security_group: Option<String>,
     /// `NodeIPFamilies`: the address families reported for nodes, in order (default IPv4 only).
     pub node_ip_families: Vec<IpFamily>,

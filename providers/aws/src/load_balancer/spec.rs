@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 
 use super::classic::spec::ANN_EXTRA_SECURITY_GROUPS;
 use crate::config::ClusterHealthProbe;
@@ -291,7 +291,7 @@ pub struct LbSpec {
     pub private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
     /// Labels a node needs to be a target.
     pub target_node_labels: BTreeMap<String, String>,
-    /// Allowed client CIDRs (empty: everyone, or the VPC for internal load balancers).
+    /// Allowed client CIDRs (empty: everyone, internal load balancers included).
     pub source_ranges: Vec<IpNet>,
     /// `externalTrafficPolicy: Local`.
     pub local_traffic: bool,
@@ -447,6 +447,253 @@ fn access_log(service: &Service) -> Result<AccessLog, SpecError> {
     })
 }
 
+/// The listeners of the Service's ports (each with its protocol), TLS as the ssl-cert, ssl-ports,
+/// negotiation-policy and backend-protocol annotations ask.
+fn port_mappings(
+    service: &Service,
+    service_ports: &[ServicePort],
+    protocols: &[Protocol],
+) -> Result<Vec<PortMapping>, SpecError> {
+    // TLS, read as upstream reads it: a policy, ports or backend protocol without a certificate, ports the
+    // Service does not have and UDP ports in the list are ignored, not errors.
+    let certificate = annotation(service, ANN_SSL_CERT)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    if let Some(cert) = &certificate
+        && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
+    {
+        return Err(SpecError::new(
+            ANN_SSL_CERT,
+            format!("{cert:?} is not a certificate ARN"),
+        ));
+    }
+    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    // Only "ssl" makes TLS target groups; upstream ignores every other value.
+    let backend_tls = annotation(service, ANN_BACKEND_PROTOCOL) == Some("ssl");
+    let ssl_ports: Option<Vec<String>> = match annotation(service, ANN_SSL_PORTS) {
+        None | Some("" | "*") => None,
+        Some(v) => Some(
+            v.split(',')
+                .map(|i| i.trim().to_string())
+                .filter(|i| !i.is_empty())
+                .collect(),
+        ),
+    };
+
+    // As upstream, a port without a node port (allocateLoadBalancerNodePorts: false) gets no listener.
+    let ports = service_ports
+        .iter()
+        .zip(protocols)
+        .filter(|(p, _)| p.node_port.unwrap_or(0) != 0)
+        .map(|(p, protocol)| {
+            let port_name = p.name.clone().unwrap_or_default();
+            let tls = certificate.is_some()
+                && *protocol == Protocol::Tcp
+                && ssl_ports.as_ref().is_none_or(|list| {
+                    list.iter()
+                        .any(|i| *i == port_name || *i == p.port.to_string())
+                });
+            PortMapping {
+                name: port_name,
+                port: p.port,
+                node_port: p.node_port.unwrap_or(0),
+                service_protocol: *protocol,
+                listener_protocol: if tls { Protocol::Tls } else { *protocol },
+                target_protocol: if tls && backend_tls {
+                    Protocol::Tls
+                } else {
+                    *protocol
+                },
+                certificate: if tls { certificate.clone() } else { None },
+                ssl_policy: if tls { ssl_policy.clone() } else { None },
+            }
+        })
+        .collect();
+    Ok(ports)
+}
+
+/// The target groups' health check, as upstream builds it: the default of the traffic policy, then the
+/// protocol, port and path annotations, then the shared probe (Cluster policy in `Shared` mode), then the
+/// interval, timeout and threshold annotations.
+fn health_check(
+    service: &Service,
+    spec: &ServiceSpec,
+    probe: &ClusterHealthProbe,
+) -> Result<HealthCheck, SpecError> {
+    let local_traffic = spec.external_traffic_policy.as_deref() == Some("Local");
+    let mut hc = if local_traffic {
+        let port = spec
+            .health_check_node_port
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                SpecError::new(
+                    "spec.healthCheckNodePort",
+                    "is not set although externalTrafficPolicy is Local",
+                )
+            })?;
+        HealthCheck {
+            protocol: HealthCheckProtocol::Http,
+            port: HealthCheckPort::Port(port),
+            path: Some("/healthz".to_string()),
+            interval: 10,
+            timeout: 10,
+            healthy_threshold: 2,
+            unhealthy_threshold: 2,
+        }
+    } else {
+        HealthCheck {
+            protocol: HealthCheckProtocol::Tcp,
+            port: HealthCheckPort::TrafficPort,
+            path: None,
+            interval: 30,
+            timeout: 10,
+            healthy_threshold: 3,
+            unhealthy_threshold: 3,
+        }
+    };
+    if let Some(v) = annotation(service, ANN_HC_PROTOCOL) {
+        hc.protocol = match v.to_ascii_uppercase().as_str() {
+            "TCP" => HealthCheckProtocol::Tcp,
+            "HTTP" => HealthCheckProtocol::Http,
+            "HTTPS" => HealthCheckProtocol::Https,
+            _ => {
+                return Err(SpecError::new(
+                    ANN_HC_PROTOCOL,
+                    format!("must be TCP, HTTP or HTTPS, got {v:?}"),
+                ));
+            }
+        };
+    }
+    if let Some(v) = annotation(service, ANN_HC_PORT) {
+        hc.port = if v == "traffic-port" {
+            HealthCheckPort::TrafficPort
+        } else {
+            HealthCheckPort::Port(parse_int(ANN_HC_PORT, v, 1, 65535).map_err(|_| {
+                SpecError::new(
+                    ANN_HC_PORT,
+                    format!("must be \"traffic-port\" or a port number from 1 to 65535, got {v:?}"),
+                )
+            })?)
+        };
+    }
+    match hc.protocol {
+        // As upstream: TCP checks have no path, and the path annotation is ignored for them.
+        HealthCheckProtocol::Tcp => hc.path = None,
+        HealthCheckProtocol::Http | HealthCheckProtocol::Https => {
+            if let Some(v) = annotation(service, ANN_HC_PATH) {
+                if !v.starts_with('/') || v.chars().any(char::is_whitespace) {
+                    return Err(SpecError::new(
+                        ANN_HC_PATH,
+                        format!("must be a path starting with \"/\", got {v:?}"),
+                    ));
+                }
+                hc.path = Some(v.to_string());
+            } else if hc.path.is_none() {
+                hc.path = Some("/".to_string());
+            }
+        }
+    }
+    if let (false, ClusterHealthProbe::Shared { port, path }) = (local_traffic, probe) {
+        hc.protocol = HealthCheckProtocol::Http;
+        hc.port = HealthCheckPort::Port(*port);
+        hc.path = Some(path.clone());
+    }
+    if let Some(v) = annotation(service, ANN_HC_HEALTHY) {
+        hc.healthy_threshold = parse_int(ANN_HC_HEALTHY, v, 2, 10)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_UNHEALTHY) {
+        hc.unhealthy_threshold = parse_int(ANN_HC_UNHEALTHY, v, 2, 10)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_INTERVAL) {
+        hc.interval = parse_int(ANN_HC_INTERVAL, v, 5, 300)?;
+    }
+    if let Some(v) = annotation(service, ANN_HC_TIMEOUT) {
+        hc.timeout = v.parse().map_err(|_| {
+            SpecError::new(ANN_HC_TIMEOUT, format!("must be a whole number, got {v:?}"))
+        })?;
+    }
+    Ok(hc)
+}
+
+/// The additional-resource-tags annotation: only tags AWS would refuse (`aws:` keys, over-long keys or
+/// values) are errors.
+fn additional_tags(service: &Service) -> Result<BTreeMap<String, String>, SpecError> {
+    Ok(match annotation(service, ANN_ADDITIONAL_TAGS) {
+        None => BTreeMap::new(),
+        Some(v) => {
+            let tags = parse_pairs(v);
+            for (k, val) in &tags {
+                if k.len() > 128 || val.len() > 256 {
+                    return Err(SpecError::new(
+                        ANN_ADDITIONAL_TAGS,
+                        format!(
+                            "tag {k:?} is too long (keys up to 128, values up to 256 characters)"
+                        ),
+                    ));
+                }
+                if k.starts_with("aws:") {
+                    return Err(SpecError::new(
+                        ANN_ADDITIONAL_TAGS,
+                        format!("tag key {k:?} is reserved"),
+                    ));
+                }
+            }
+            tags
+        }
+    })
+}
+
+/// The target-group-attributes annotation: supported keys with valid values; client IP preservation cannot
+/// be disabled on UDP ports (upstream's rule).
+fn target_group_attributes(
+    service: &Service,
+    protocols: &[Protocol],
+) -> Result<BTreeMap<String, String>, SpecError> {
+    Ok(match annotation(service, ANN_TARGET_GROUP_ATTRIBUTES) {
+        None => BTreeMap::new(),
+        Some(v) => {
+            let attrs = parse_pairs(v);
+            for (k, val) in &attrs {
+                let Some((_, kind)) = TARGET_GROUP_ATTRIBUTES.iter().find(|(name, _)| name == k)
+                else {
+                    return Err(SpecError::new(
+                        ANN_TARGET_GROUP_ATTRIBUTES,
+                        format!(
+                            "unsupported attribute {k:?} (supported: {})",
+                            TARGET_GROUP_ATTRIBUTES
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                };
+                let ok = match kind {
+                    AttrKind::Bool => val == "true" || val == "false",
+                    AttrKind::Seconds(max) => val.parse::<u32>().is_ok_and(|n| n <= *max),
+                    AttrKind::SourceIp => val == "source_ip",
+                };
+                if !ok {
+                    return Err(SpecError::new(
+                        ANN_TARGET_GROUP_ATTRIBUTES,
+                        format!("invalid value {val:?} for attribute {k:?}"),
+                    ));
+                }
+            }
+            let udp = protocols.contains(&Protocol::Udp);
+            if udp && attrs.get("preserve_client_ip.enabled").map(String::as_str) == Some("false") {
+                return Err(SpecError::new(
+                    ANN_TARGET_GROUP_ATTRIBUTES,
+                    "client IP preservation can't be disabled for UDP ports",
+                ));
+            }
+            attrs
+        }
+    })
+}
+
 /// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`]. `probe` is the
 /// cluster's `ClusterServiceLoadBalancerHealthProbeMode`: in `Shared` mode the target groups of
 /// `externalTrafficPolicy: Cluster` Services check the shared HTTP endpoint instead of the annotated or
@@ -567,225 +814,16 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
         ));
     }
 
-    // TLS, read as upstream reads it: a policy, ports or backend protocol without a certificate, ports the
-    // Service does not have and UDP ports in the list are ignored, not errors.
-    let certificate = annotation(service, ANN_SSL_CERT)
-        .filter(|c| !c.is_empty())
-        .map(str::to_string);
-    if let Some(cert) = &certificate
-        && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
-    {
-        return Err(SpecError::new(
-            ANN_SSL_CERT,
-            format!("{cert:?} is not a certificate ARN"),
-        ));
-    }
-    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY)
-        .filter(|p| !p.is_empty())
-        .map(str::to_string);
-    // Only "ssl" makes TLS target groups; upstream ignores every other value.
-    let backend_tls = annotation(service, ANN_BACKEND_PROTOCOL) == Some("ssl");
-    let ssl_ports: Option<Vec<String>> = match annotation(service, ANN_SSL_PORTS) {
-        None | Some("" | "*") => None,
-        Some(v) => Some(
-            v.split(',')
-                .map(|i| i.trim().to_string())
-                .filter(|i| !i.is_empty())
-                .collect(),
-        ),
-    };
+    let ports = port_mappings(service, &service_ports, &protocols)?;
 
-    // As upstream, a port without a node port (allocateLoadBalancerNodePorts: false) gets no listener.
-    let ports: Vec<PortMapping> = service_ports
-        .iter()
-        .zip(&protocols)
-        .filter(|(p, _)| p.node_port.unwrap_or(0) != 0)
-        .map(|(p, protocol)| {
-            let port_name = p.name.clone().unwrap_or_default();
-            let tls = certificate.is_some()
-                && *protocol == Protocol::Tcp
-                && ssl_ports.as_ref().is_none_or(|list| {
-                    list.iter()
-                        .any(|i| *i == port_name || *i == p.port.to_string())
-                });
-            PortMapping {
-                name: port_name,
-                port: p.port,
-                node_port: p.node_port.unwrap_or(0),
-                service_protocol: *protocol,
-                listener_protocol: if tls { Protocol::Tls } else { *protocol },
-                target_protocol: if tls && backend_tls {
-                    Protocol::Tls
-                } else {
-                    *protocol
-                },
-                certificate: if tls { certificate.clone() } else { None },
-                ssl_policy: if tls { ssl_policy.clone() } else { None },
-            }
-        })
-        .collect();
-
-    // Health check.
     let local_traffic = spec.external_traffic_policy.as_deref() == Some("Local");
-    let mut hc = if local_traffic {
-        let port = spec
-            .health_check_node_port
-            .filter(|p| *p > 0)
-            .ok_or_else(|| {
-                SpecError::new(
-                    "spec.healthCheckNodePort",
-                    "is not set although externalTrafficPolicy is Local",
-                )
-            })?;
-        HealthCheck {
-            protocol: HealthCheckProtocol::Http,
-            port: HealthCheckPort::Port(port),
-            path: Some("/healthz".to_string()),
-            interval: 10,
-            timeout: 10,
-            healthy_threshold: 2,
-            unhealthy_threshold: 2,
-        }
-    } else {
-        HealthCheck {
-            protocol: HealthCheckProtocol::Tcp,
-            port: HealthCheckPort::TrafficPort,
-            path: None,
-            interval: 30,
-            timeout: 10,
-            healthy_threshold: 3,
-            unhealthy_threshold: 3,
-        }
-    };
-    if let Some(v) = annotation(service, ANN_HC_PROTOCOL) {
-        hc.protocol = match v.to_ascii_uppercase().as_str() {
-            "TCP" => HealthCheckProtocol::Tcp,
-            "HTTP" => HealthCheckProtocol::Http,
-            "HTTPS" => HealthCheckProtocol::Https,
-            _ => {
-                return Err(SpecError::new(
-                    ANN_HC_PROTOCOL,
-                    format!("must be TCP, HTTP or HTTPS, got {v:?}"),
-                ));
-            }
-        };
-    }
-    if let Some(v) = annotation(service, ANN_HC_PORT) {
-        hc.port = if v == "traffic-port" {
-            HealthCheckPort::TrafficPort
-        } else {
-            HealthCheckPort::Port(parse_int(ANN_HC_PORT, v, 1, 65535).map_err(|_| {
-                SpecError::new(
-                    ANN_HC_PORT,
-                    format!("must be \"traffic-port\" or a port number from 1 to 65535, got {v:?}"),
-                )
-            })?)
-        };
-    }
-    match hc.protocol {
-        // As upstream: TCP checks have no path, and the path annotation is ignored for them.
-        HealthCheckProtocol::Tcp => hc.path = None,
-        HealthCheckProtocol::Http | HealthCheckProtocol::Https => {
-            if let Some(v) = annotation(service, ANN_HC_PATH) {
-                if !v.starts_with('/') || v.chars().any(char::is_whitespace) {
-                    return Err(SpecError::new(
-                        ANN_HC_PATH,
-                        format!("must be a path starting with \"/\", got {v:?}"),
-                    ));
-                }
-                hc.path = Some(v.to_string());
-            } else if hc.path.is_none() {
-                hc.path = Some("/".to_string());
-            }
-        }
-    }
-    if let (false, ClusterHealthProbe::Shared { port, path }) = (local_traffic, probe) {
-        hc.protocol = HealthCheckProtocol::Http;
-        hc.port = HealthCheckPort::Port(*port);
-        hc.path = Some(path.clone());
-    }
-    if let Some(v) = annotation(service, ANN_HC_HEALTHY) {
-        hc.healthy_threshold = parse_int(ANN_HC_HEALTHY, v, 2, 10)?;
-    }
-    if let Some(v) = annotation(service, ANN_HC_UNHEALTHY) {
-        hc.unhealthy_threshold = parse_int(ANN_HC_UNHEALTHY, v, 2, 10)?;
-    }
-    if let Some(v) = annotation(service, ANN_HC_INTERVAL) {
-        hc.interval = parse_int(ANN_HC_INTERVAL, v, 5, 300)?;
-    }
-    if let Some(v) = annotation(service, ANN_HC_TIMEOUT) {
-        hc.timeout = v.parse().map_err(|_| {
-            SpecError::new(ANN_HC_TIMEOUT, format!("must be a whole number, got {v:?}"))
-        })?;
-    }
+    let hc = health_check(service, &spec, probe)?;
 
     // Tags, attributes, node selection.
-    let additional_tags = match annotation(service, ANN_ADDITIONAL_TAGS) {
-        None => BTreeMap::new(),
-        Some(v) => {
-            let tags = parse_pairs(v);
-            for (k, val) in &tags {
-                if k.len() > 128 || val.len() > 256 {
-                    return Err(SpecError::new(
-                        ANN_ADDITIONAL_TAGS,
-                        format!(
-                            "tag {k:?} is too long (keys up to 128, values up to 256 characters)"
-                        ),
-                    ));
-                }
-                if k.starts_with("aws:") {
-                    return Err(SpecError::new(
-                        ANN_ADDITIONAL_TAGS,
-                        format!("tag key {k:?} is reserved"),
-                    ));
-                }
-            }
-            tags
-        }
-    };
+    let additional_tags = additional_tags(service)?;
     let cross_zone = annotated_bool(service, ANN_CROSS_ZONE)?;
     let access_log = access_log(service)?;
-    let target_group_attributes = match annotation(service, ANN_TARGET_GROUP_ATTRIBUTES) {
-        None => BTreeMap::new(),
-        Some(v) => {
-            let attrs = parse_pairs(v);
-            for (k, val) in &attrs {
-                let Some((_, kind)) = TARGET_GROUP_ATTRIBUTES.iter().find(|(name, _)| name == k)
-                else {
-                    return Err(SpecError::new(
-                        ANN_TARGET_GROUP_ATTRIBUTES,
-                        format!(
-                            "unsupported attribute {k:?} (supported: {})",
-                            TARGET_GROUP_ATTRIBUTES
-                                .iter()
-                                .map(|(n, _)| *n)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ));
-                };
-                let ok = match kind {
-                    AttrKind::Bool => val == "true" || val == "false",
-                    AttrKind::Seconds(max) => val.parse::<u32>().is_ok_and(|n| n <= *max),
-                    AttrKind::SourceIp => val == "source_ip",
-                };
-                if !ok {
-                    return Err(SpecError::new(
-                        ANN_TARGET_GROUP_ATTRIBUTES,
-                        format!("invalid value {val:?} for attribute {k:?}"),
-                    ));
-                }
-            }
-            let udp = protocols.contains(&Protocol::Udp);
-            if udp && attrs.get("preserve_client_ip.enabled").map(String::as_str) == Some("false") {
-                return Err(SpecError::new(
-                    ANN_TARGET_GROUP_ATTRIBUTES,
-                    "client IP preservation can't be disabled for UDP ports",
-                ));
-            }
-            attrs
-        }
-    };
+    let target_group_attributes = target_group_attributes(service, &protocols)?;
     let target_node_labels = annotation(service, ANN_TARGET_NODE_LABELS)
         .map(parse_pairs)
         .unwrap_or_default();

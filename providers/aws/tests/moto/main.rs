@@ -8,6 +8,7 @@ mod controllers;
 mod fail_safe;
 mod instances;
 mod load_balancers;
+mod nlb_takeover;
 mod routes;
 mod setup;
 mod takeover;
