@@ -5,8 +5,8 @@
 
 use aws_sdk_ec2::types::{IpPermission, IpRange};
 use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, LoadBalancerAttribute, LoadBalancerTypeEnum, ProtocolEnum, Tag,
-    TargetDescription, TargetTypeEnum,
+    Action, ActionTypeEnum, LoadBalancerAttribute, LoadBalancerSchemeEnum, LoadBalancerTypeEnum,
+    ProtocolEnum, Tag, TargetDescription, TargetTypeEnum,
 };
 use cloud_provider::{LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Service;
@@ -41,11 +41,12 @@ fn upstream_target_group_name(
 /// The health check upstream gives a target group: `(protocol, port, path, interval, threshold)`.
 type UpstreamHealthCheck<'a> = (&'a str, &'a str, Option<&'a str>, i32, i32);
 
-/// Creates what upstream's EnsureLoadBalancer leaves for a one-port TCP Service: the NLB in the public
-/// subnets, the target group with the targets, the listener and the attributes.
+/// Creates what upstream's EnsureLoadBalancer leaves for a one-port TCP Service: the NLB (internal in the
+/// private subnets, else in the public ones), the target group with the targets, the listener and the attributes.
 async fn seed_upstream_nlb(
     world: &World,
     svc: &Service,
+    internal: bool,
     (port, node_port): (i32, i32),
     hc: UpstreamHealthCheck<'_>,
     targets: &[&Instance],
@@ -66,8 +67,20 @@ async fn seed_upstream_nlb(
         .create_load_balancer()
         .name(&name)
         .r#type(LoadBalancerTypeEnum::Network)
+        .scheme(if internal {
+            LoadBalancerSchemeEnum::Internal
+        } else {
+            LoadBalancerSchemeEnum::InternetFacing
+        })
         .set_subnets(Some(
-            world.public_subnets.iter().map(|s| s.0.clone()).collect(),
+            if internal {
+                &world.private_subnets
+            } else {
+                &world.public_subnets
+            }
+            .iter()
+            .map(|s| s.0.clone())
+            .collect(),
         ))
         .set_tags(Some(tags.clone()))
         .send()
@@ -185,6 +198,7 @@ async fn upstream_network_load_balancers_are_adopted_without_changes() {
     seed_upstream_nlb(
         &world,
         &open,
+        false,
         (80, 31001),
         ("TCP", "traffic-port", None, 30, 3),
         &[&a, &b],
@@ -203,6 +217,7 @@ async fn upstream_network_load_balancers_are_adopted_without_changes() {
     seed_upstream_nlb(
         &world,
         &local,
+        false,
         (80, 31002),
         ("HTTP", "32002", Some("/healthz"), 10, 2),
         &[&a, &b],
@@ -212,19 +227,41 @@ async fn upstream_network_load_balancers_are_adopted_without_changes() {
     let local_client = format!("kubernetes.io/rule/nlb/client={local_name}");
     let local_health = format!("kubernetes.io/rule/nlb/health={local_name}");
 
+    // An internal NLB without source ranges: its clients are everyone too (not only the VPC).
+    let internal = nlb_service(
+        "internal",
+        &[("grpc", 9000, "TCP", 31003)],
+        &[(provider_aws::load_balancer::spec::ANN_INTERNAL, "true")],
+    );
+    seed_upstream_nlb(
+        &world,
+        &internal,
+        true,
+        (9000, 31003),
+        ("TCP", "traffic-port", None, 30, 3),
+        &[&a, &b],
+    )
+    .await;
+    let internal_client = format!(
+        "kubernetes.io/rule/nlb/client={}",
+        default_load_balancer_name(&internal)
+    );
+
     let mut rules = vec![
         ("tcp", 31001, 31001, "0.0.0.0/0", client.as_str()),
         ("icmp", 3, 4, "0.0.0.0/0", "kubernetes.io/rule/nlb/mtu"),
         ("tcp", 31002, 31002, "192.168.0.0/16", local_client.as_str()),
         ("icmp", 3, 4, "192.168.0.0/16", "kubernetes.io/rule/nlb/mtu"),
+        ("tcp", 31003, 31003, "0.0.0.0/0", internal_client.as_str()),
     ];
     for (_, _, cidr) in &world.public_subnets {
         rules.push(("tcp", 32002, 32002, cidr.as_str(), local_health.as_str()));
     }
     seed_rules(&world, &rules).await;
 
-    let cloud = provider(&world.config("")).await;
-    for svc in [&open, &local] {
+    // The upstream cloud config, as it is, starts this provider.
+    let cloud = provider(&crate::takeover::upstream_cloud_config(&world)).await;
+    for svc in [&open, &local, &internal] {
         let status = cloud
             .ensure_load_balancer("kubernetes", svc, &nodes)
             .await
@@ -240,7 +277,7 @@ async fn upstream_network_load_balancers_are_adopted_without_changes() {
         "{:?}",
         cloud.metrics().mutating_calls()
     );
-    for svc in [&open, &local] {
+    for svc in [&open, &local, &internal] {
         cloud
             .ensure_load_balancer_deleted("kubernetes", svc)
             .await

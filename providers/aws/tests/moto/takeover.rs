@@ -17,9 +17,7 @@ use provider_aws::load_balancer::classic::spec::*;
 use provider_aws::load_balancer::spec::*;
 
 use crate::classic::observe_classic;
-use crate::common::{
-    Instance, REGION, World, elb, elb_classic, lb_service, moto, nlb_service, nodes_for, provider,
-};
+use crate::common::{Instance, REGION, World, elb_classic, lb_service, moto, nodes_for, provider};
 
 /// An IAM server-certificate ARN (moto checks only ACM ARNs).
 const CERT: &str = "arn:aws:iam::123456789012:server-certificate/takeover";
@@ -393,7 +391,8 @@ async fn upstream_classic_load_balancers_are_adopted_without_a_change() {
     )
     .await;
 
-    let cloud = provider(&world.config("")).await;
+    // The upstream cloud config, as it is, starts this provider.
+    let cloud = provider(&upstream_cloud_config(&world)).await;
     for (svc, dns) in [(&plain, &plain_dns), (&tls, &tls_dns), (&local, &local_dns)] {
         let name = svc.metadata.name.as_deref().unwrap();
         let status = cloud.ensure_load_balancer("k", svc, &nodes).await.unwrap();
@@ -412,7 +411,7 @@ async fn upstream_classic_load_balancers_are_adopted_without_a_change() {
 }
 
 /// An upstream cloud config for `world`: upstream's own service names in the overrides and its newer keys.
-fn upstream_cloud_config(world: &World) -> String {
+pub fn upstream_cloud_config(world: &World) -> String {
     let url = &moto().url;
     let mut config = format!(
         "[Global]\nRegion = {REGION}\nKubernetesClusterID = {}\nNLBSecurityGroupMode =\n\
@@ -430,220 +429,4 @@ fn upstream_cloud_config(world: &World) -> String {
         ));
     }
     config
-}
-
-/// Upstream's target-group name: `k8s-{ns:.8}-{name:.8}-{hex:.10}`, letters and digits only, the SHA-1 of
-/// the bare concatenation of cluster ID, namespace, name, port, node port, protocol, target type, health-check
-/// protocol and interval.
-fn upstream_target_group_name(
-    cluster: &str,
-    ns: &str,
-    name: &str,
-    port: i32,
-    node_port: i32,
-) -> String {
-    use sha1::{Digest, Sha1};
-    let input = format!("{cluster}{ns}{name}{port}{node_port}TCPinstanceTCP30");
-    let hex: String = Sha1::digest(input.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let clean = |s: &str| -> String {
-        s.chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(8)
-            .collect()
-    };
-    format!("k8s-{}-{}-{}", clean(ns), clean(name), &hex[..10])
-}
-
-/// Creates what upstream leaves for a TCP NLB of `svc` (one port, no source ranges): the load balancer, its
-/// target group and listener, the registrations and the node rules.
-async fn seed_upstream_nlb(
-    world: &World,
-    svc: &Service,
-    internal: bool,
-    targets: &[&Instance],
-) -> String {
-    use aws_sdk_elasticloadbalancingv2::types::{
-        Action, ActionTypeEnum, LoadBalancerAttribute, LoadBalancerSchemeEnum,
-        LoadBalancerTypeEnum, ProtocolEnum, Tag as V2Tag, TargetDescription, TargetTypeEnum,
-    };
-    let name = default_load_balancer_name(svc);
-    let svc_name = svc.metadata.name.as_deref().unwrap();
-    let port = &svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
-    let node_port = port.node_port.unwrap();
-    let elb = elb();
-    let tags = vec![
-        V2Tag::builder()
-            .key("kubernetes.io/service-name")
-            .value(format!("default/{svc_name}"))
-            .build(),
-        V2Tag::builder()
-            .key(&world.cluster_tag)
-            .value("owned")
-            .build(),
-    ];
-    let lb = elb
-        .create_load_balancer()
-        .name(&name)
-        .r#type(LoadBalancerTypeEnum::Network)
-        .scheme(if internal {
-            LoadBalancerSchemeEnum::Internal
-        } else {
-            LoadBalancerSchemeEnum::InternetFacing
-        })
-        .set_subnets(Some(if internal {
-            subnets(&world.private_subnets)
-        } else {
-            subnets(&world.public_subnets)
-        }))
-        .set_tags(Some(tags.clone()))
-        .send()
-        .await
-        .unwrap();
-    let lb = &lb.load_balancers()[0];
-    // Upstream's attribute reconciliation at creation: cross-zone and access logs off.
-    elb.modify_load_balancer_attributes()
-        .load_balancer_arn(lb.load_balancer_arn().unwrap())
-        .attributes(
-            LoadBalancerAttribute::builder()
-                .key("load_balancing.cross_zone.enabled")
-                .value("false")
-                .build(),
-        )
-        .attributes(
-            LoadBalancerAttribute::builder()
-                .key("access_logs.s3.enabled")
-                .value("false")
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let tg = elb
-        .create_target_group()
-        .name(upstream_target_group_name(
-            &world.cluster_id,
-            "default",
-            svc_name,
-            port.port,
-            node_port,
-        ))
-        .protocol(ProtocolEnum::Tcp)
-        .port(node_port)
-        .vpc_id(&world.vpc_id)
-        .target_type(TargetTypeEnum::Instance)
-        .health_check_protocol(ProtocolEnum::Tcp)
-        .health_check_port("traffic-port")
-        .health_check_interval_seconds(30)
-        .healthy_threshold_count(3)
-        .unhealthy_threshold_count(3)
-        .set_tags(Some(tags.clone()))
-        .send()
-        .await
-        .unwrap();
-    let tg_arn = tg.target_groups()[0]
-        .target_group_arn()
-        .unwrap()
-        .to_string();
-    elb.create_listener()
-        .load_balancer_arn(lb.load_balancer_arn().unwrap())
-        .port(port.port)
-        .protocol(ProtocolEnum::Tcp)
-        .default_actions(
-            Action::builder()
-                .r#type(ActionTypeEnum::Forward)
-                .target_group_arn(&tg_arn)
-                .build(),
-        )
-        .set_tags(Some(tags))
-        .send()
-        .await
-        .unwrap();
-    elb.register_targets()
-        .target_group_arn(&tg_arn)
-        .set_targets(Some(
-            targets
-                .iter()
-                .map(|i| {
-                    TargetDescription::builder()
-                        .id(&i.id)
-                        .port(node_port)
-                        .build()
-                })
-                .collect(),
-        ))
-        .send()
-        .await
-        .unwrap();
-    let rule = |protocol: &str, from: i32, to: i32, description: String| {
-        IpPermission::builder()
-            .ip_protocol(protocol)
-            .from_port(from)
-            .to_port(to)
-            .ip_ranges(
-                IpRange::builder()
-                    .cidr_ip("0.0.0.0/0")
-                    .description(description)
-                    .build(),
-            )
-            .build()
-    };
-    world
-        .ec2
-        .authorize_security_group_ingress()
-        .group_id(&world.node_sg)
-        .ip_permissions(rule(
-            "tcp",
-            node_port,
-            node_port,
-            format!("kubernetes.io/rule/nlb/client={name}"),
-        ))
-        .send()
-        .await
-        .unwrap();
-    // The path-MTU rule is one per range, shared by the load balancers.
-    let _ = world
-        .ec2
-        .authorize_security_group_ingress()
-        .group_id(&world.node_sg)
-        .ip_permissions(rule("icmp", 3, 4, "kubernetes.io/rule/nlb/mtu".to_string()))
-        .send()
-        .await;
-    lb.dns_name().unwrap().to_string()
-}
-
-#[tokio::test]
-async fn upstream_network_load_balancers_are_adopted_without_a_change() {
-    let world = World::new("takenlb").await;
-    let (a, b) = (world.instance(0).await, world.instance(1).await);
-    let nodes = nodes_for(&[a.clone(), b.clone()]);
-    let public = nlb_service("nlb-web", &[("http", 80, "TCP", 30180)], &[]);
-    let public_dns = seed_upstream_nlb(&world, &public, false, &[&a, &b]).await;
-    // Internal: its clients are not limited to the VPC either (no source ranges: everyone).
-    let internal = nlb_service(
-        "nlb-int",
-        &[("grpc", 9000, "TCP", 30190)],
-        &[(ANN_INTERNAL, "true")],
-    );
-    let internal_dns = seed_upstream_nlb(&world, &internal, true, &[&a, &b]).await;
-
-    // The upstream cloud config, as it is, starts this provider.
-    let cloud = provider(&upstream_cloud_config(&world)).await;
-    for (svc, dns) in [(&public, &public_dns), (&internal, &internal_dns)] {
-        let name = svc.metadata.name.as_deref().unwrap();
-        let status = cloud.ensure_load_balancer("k", svc, &nodes).await.unwrap();
-        assert_eq!(
-            status.ingress.unwrap()[0].hostname.as_ref(),
-            Some(dns),
-            "{name}"
-        );
-        cloud.update_load_balancer("k", svc, &nodes).await.unwrap();
-        assert_eq!(
-            cloud.metrics().mutating_calls(),
-            Default::default(),
-            "{name}: adopting upstream's network load balancer changes nothing"
-        );
-    }
 }
