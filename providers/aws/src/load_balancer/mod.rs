@@ -207,16 +207,24 @@ impl AwsCloud {
             .elb_resource_tags(std::slice::from_ref(&lb.arn))
             .await?;
         let tags = tags.get(&lb.arn).cloned().unwrap_or_default();
-        if !self
-            .tagging
-            .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        {
-            return Err(CloudError::provider(format!(
-                "load balancer {name} exists but is not tagged for cluster {}; refusing to change it",
-                self.tagging.cluster_id().unwrap_or_default()
-            )));
+        if !self.owns_load_balancer(&tags) {
+            return Err(self.foreign_load_balancer(name));
         }
         Ok(Some(lb))
+    }
+
+    /// Whether a load balancer with these tags is the cluster's.
+    pub(crate) fn owns_load_balancer(&self, tags: &BTreeMap<String, String>) -> bool {
+        self.tagging
+            .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+
+    /// The error refusing to change a load balancer named after the Service that is not the cluster's.
+    pub(crate) fn foreign_load_balancer(&self, name: &str) -> CloudError {
+        CloudError::provider(format!(
+            "load balancer {name} exists but is not tagged for cluster {}; refusing to change it",
+            self.tagging.cluster_id().unwrap_or_default()
+        ))
     }
 
     /// The cluster's instances behind the selected nodes (those with the target-node labels and a provider
@@ -570,10 +578,7 @@ impl AwsCloud {
                     .elb_resource_tags(std::slice::from_ref(&lb.arn))
                     .await?;
                 let tags = tags.get(&lb.arn).cloned().unwrap_or_default();
-                if !self
-                    .tagging
-                    .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                {
+                if !self.owns_load_balancer(&tags) {
                     tracing::warn!(load_balancer = %name, service = %service_key(service),
                         "load balancer is not tagged for this cluster; leaving it alone");
                     return Ok(());

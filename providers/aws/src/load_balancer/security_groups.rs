@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::{IpPermission, IpRange, Ipv6Range};
+use aws_sdk_ec2::types::{IpPermission, IpRange, Ipv6Range, SecurityGroup};
 use cloud_provider::{CloudError, Result};
 use ipnet::IpNet;
 
@@ -205,6 +205,44 @@ pub(crate) struct GroupInfo {
     pub(crate) rules: Vec<ExistingRule>,
 }
 
+impl From<&SecurityGroup> for GroupInfo {
+    fn from(g: &SecurityGroup) -> Self {
+        let mut rules = Vec::new();
+        for p in g.ip_permissions() {
+            let protocol = p.ip_protocol().unwrap_or_default();
+            let (from, to) = (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1));
+            let v4 = p
+                .ip_ranges()
+                .iter()
+                .filter_map(|r| Some((r.cidr_ip()?.parse::<IpNet>().ok()?, r.description())));
+            let v6 = p
+                .ipv6_ranges()
+                .iter()
+                .filter_map(|r| Some((r.cidr_ipv6()?.parse::<IpNet>().ok()?, r.description())));
+            for (cidr, description) in v4.chain(v6) {
+                rules.push(ExistingRule {
+                    key: key(protocol, from, to, cidr),
+                    description: description.unwrap_or_default().to_string(),
+                });
+            }
+        }
+        GroupInfo {
+            id: g.group_id().unwrap_or_default().to_string(),
+            tags: g
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().unwrap_or_default().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+            rules,
+        }
+    }
+}
+
 fn permission(k: &RuleKey, description: Option<&str>) -> IpPermission {
     let b = IpPermission::builder()
         .ip_protocol(&k.protocol)
@@ -272,11 +310,11 @@ pub(crate) fn instance_group(
 }
 
 impl AwsCloud {
-    /// The security groups of the VPC with their rules.
-    pub(crate) async fn vpc_security_groups(
+    /// The security groups of the VPC as EC2 describes them, by ID (every page).
+    pub(crate) async fn vpc_group_descriptions(
         &self,
         vpc_id: &str,
-    ) -> Result<HashMap<String, GroupInfo>> {
+    ) -> Result<HashMap<String, SecurityGroup>> {
         let mut out = HashMap::new();
         let mut token = None;
         loop {
@@ -290,36 +328,7 @@ impl AwsCloud {
                 .await
                 .api("DescribeSecurityGroups")?;
             for g in page.security_groups() {
-                let id = g.group_id().unwrap_or_default().to_string();
-                let mut rules = Vec::new();
-                for p in g.ip_permissions() {
-                    let protocol = p.ip_protocol().unwrap_or_default().to_string();
-                    let from = p.from_port().unwrap_or(-1);
-                    let to = p.to_port().unwrap_or(-1);
-                    let v4 = p.ip_ranges().iter().filter_map(|r| {
-                        Some((r.cidr_ip()?.parse::<IpNet>().ok()?, r.description()))
-                    });
-                    let v6 = p.ipv6_ranges().iter().filter_map(|r| {
-                        Some((r.cidr_ipv6()?.parse::<IpNet>().ok()?, r.description()))
-                    });
-                    for (cidr, description) in v4.chain(v6) {
-                        rules.push(ExistingRule {
-                            key: key(&protocol, from, to, cidr),
-                            description: description.unwrap_or_default().to_string(),
-                        });
-                    }
-                }
-                let tags = g
-                    .tags()
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.key().unwrap_or_default().to_string(),
-                            t.value().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect();
-                out.insert(id.clone(), GroupInfo { id, tags, rules });
+                out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
             }
             token = page
                 .next_token()
@@ -329,6 +338,19 @@ impl AwsCloud {
                 return Ok(out);
             }
         }
+    }
+
+    /// The security groups of the VPC with their rules.
+    pub(crate) async fn vpc_security_groups(
+        &self,
+        vpc_id: &str,
+    ) -> Result<HashMap<String, GroupInfo>> {
+        Ok(self
+            .vpc_group_descriptions(vpc_id)
+            .await?
+            .iter()
+            .map(|(id, g)| (id.clone(), GroupInfo::from(g)))
+            .collect())
     }
 
     /// The IPv4 CIDRs of the load balancer's subnets, where its health checks come from. Every subnet must

@@ -358,7 +358,8 @@ pub fn lb_kind(service: &Service) -> LbKind {
 
 /// A boolean as upstream reads it (Go's `strconv.ParseBool`): `1`, `t`, `T`, `TRUE`, `true`, `True` and
 /// their false counterparts.
-fn parse_bool(key: &str, value: &str) -> Result<bool, SpecError> {
+/// A boolean as Go's `strconv.ParseBool` reads it (upstream's parser).
+pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool, SpecError> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),

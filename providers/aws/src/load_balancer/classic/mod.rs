@@ -104,15 +104,8 @@ impl AwsCloud {
         let Some(lb) = self.find_classic(name).await? else {
             return Ok(None);
         };
-        let tags = self.classic_tags(name).await?;
-        if !self
-            .tagging
-            .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        {
-            return Err(CloudError::provider(format!(
-                "load balancer {name} exists but is not tagged for cluster {}; refusing to change it",
-                self.tagging.cluster_id().unwrap_or_default()
-            )));
+        if !self.owns_load_balancer(&self.classic_tags(name).await?) {
+            return Err(self.foreign_load_balancer(name));
         }
         Ok(Some(lb))
     }
@@ -419,11 +412,7 @@ impl AwsCloud {
         let (annotated, extra) = spec::annotated_security_groups(service);
         let lb = match self.find_classic(&name).await? {
             Some(lb) => {
-                let tags = self.classic_tags(&name).await?;
-                if !self
-                    .tagging
-                    .is_ours(tags.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                {
+                if !self.owns_load_balancer(&self.classic_tags(&name).await?) {
                     tracing::warn!(load_balancer = %name, "load balancer is not tagged for this cluster; leaving it alone");
                     return Ok(());
                 }

@@ -385,33 +385,6 @@ impl AwsCloud {
         }
     }
 
-    /// The VPC's security groups as full descriptions, by ID.
-    async fn vpc_groups_raw(&self, vpc_id: &str) -> Result<HashMap<String, SecurityGroup>> {
-        let mut out = HashMap::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_security_groups()
-                .filters(filter("vpc-id", [vpc_id]))
-                .set_next_token(token)
-                .send()
-                .await
-                .api("DescribeSecurityGroups")?;
-            for g in page.security_groups() {
-                out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
-    }
-
     fn group_is_tagged(&self, group: &SecurityGroup) -> bool {
         self.tagging.has_cluster_tag(
             group
@@ -428,7 +401,7 @@ impl AwsCloud {
         if self.config.disable_security_group_ingress || want.lb_groups.is_empty() {
             return Ok(());
         }
-        let groups = self.vpc_groups_raw(want.vpc_id).await?;
+        let groups = self.vpc_group_descriptions(want.vpc_id).await?;
         let tagged: BTreeSet<String> = groups
             .values()
             .filter(|g| self.group_is_tagged(g))
@@ -440,24 +413,7 @@ impl AwsCloud {
         let deleting = want.deleting.contains(&source);
         let infos: HashMap<String, GroupInfo> = groups
             .iter()
-            .map(|(id, g)| {
-                let tags = g
-                    .tags()
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.key().unwrap_or_default().to_string(),
-                            t.value().unwrap_or_default().to_string(),
-                        )
-                    })
-                    .collect();
-                let info = GroupInfo {
-                    id: id.clone(),
-                    tags,
-                    rules: Vec::new(),
-                };
-                (id.clone(), info)
-            })
+            .map(|(id, g)| (id.clone(), GroupInfo::from(g)))
             .collect();
         let mut wanted = BTreeSet::new();
         for inst in want.targets {
@@ -500,7 +456,7 @@ impl AwsCloud {
     /// Revokes every rule of the VPC's cluster-tagged groups that admits traffic from `group` (before that
     /// group is deleted).
     pub(crate) async fn revoke_references_to(&self, group: &str, vpc_id: &str) -> Result<()> {
-        let groups = self.vpc_groups_raw(vpc_id).await?;
+        let groups = self.vpc_group_descriptions(vpc_id).await?;
         let mut ids: Vec<&String> = groups.keys().collect();
         ids.sort();
         for id in ids {

@@ -15,7 +15,8 @@ use crate::load_balancer::spec::{
     ANN_BACKEND_PROTOCOL, ANN_CROSS_ZONE, ANN_HC_HEALTHY, ANN_HC_INTERVAL, ANN_HC_PATH,
     ANN_HC_PORT, ANN_HC_PROTOCOL, ANN_HC_TIMEOUT, ANN_HC_UNHEALTHY, ANN_INTERNAL,
     ANN_SECURITY_GROUPS, ANN_SSL_CERT, ANN_SSL_NEGOTIATION_POLICY, ANN_SSL_PORTS, ANN_SUBNETS,
-    ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, source_ranges,
+    ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, parse_bool,
+    source_ranges,
 };
 
 /// `*`: the proxy protocol towards the instances on every listener.
@@ -183,18 +184,6 @@ fn id_list(value: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect()
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads it.
-fn go_bool(key: &str, value: &str) -> Result<bool, SpecError> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(SpecError::new(
-            key,
-            format!("must be true or false, got {value:?}"),
-        )),
-    }
 }
 
 /// A whole number within the range AWS accepts.
@@ -370,7 +359,7 @@ fn health_check(
 
 /// The attributes: upstream's defaults, then the annotations with a value.
 fn attributes(service: &Service) -> Result<ClassicAttributes, SpecError> {
-    let flag = |key: &str| non_empty(service, key).map_or(Ok(false), |v| go_bool(key, v));
+    let flag = |key: &str| non_empty(service, key).map_or(Ok(false), |v| parse_bool(key, v));
     let seconds = |key: &str, min: i32, max: i32| {
         non_empty(service, key)
             .map(|v| number(key, v, min, max))
