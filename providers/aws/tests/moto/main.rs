@@ -10,4 +10,5 @@ mod load_balancers;
 mod routes;
 mod setup;
 mod takeover;
+mod upstream_peer;
 mod volumes;
