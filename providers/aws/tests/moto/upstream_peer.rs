@@ -54,7 +54,11 @@ struct Peer {
 }
 
 fn peer() -> Peer {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     let (Some(ccm), Some(kubeconfig)) = (var("UPSTREAM_AWS_CCM"), var("PEER_KUBECONFIG")) else {
         panic!(
             "the upstream peer tests need UPSTREAM_AWS_CCM (upstream's aws-cloud-controller-manager, built by \
@@ -63,7 +67,11 @@ fn peer() -> Peer {
              DIR/admin.kubeconfig); hack/upstream/test.sh sets both"
         )
     };
-    assert!(ccm.exists(), "UPSTREAM_AWS_CCM={} does not exist", ccm.display());
+    assert!(
+        ccm.exists(),
+        "UPSTREAM_AWS_CCM={} does not exist",
+        ccm.display()
+    );
     let log_dir = var("PEER_LOG_DIR").unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/upstream/logs")
     });
@@ -111,20 +119,32 @@ async fn remove_earlier_runs(client: &kube::Client) {
     let nodes: Api<Node> = Api::all(client.clone());
     for node in nodes.list(&labelled).await.expect("list Nodes") {
         let _ = nodes
-            .delete(node.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+            .delete(
+                node.metadata.name.as_deref().unwrap(),
+                &DeleteParams::default(),
+            )
             .await;
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in namespaces.list(&labelled).await.expect("list Namespaces") {
         let _ = namespaces
-            .delete(ns.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+            .delete(
+                ns.metadata.name.as_deref().unwrap(),
+                &DeleteParams::default(),
+            )
             .await;
     }
     // Node deletion is immediate; wait for it so upstream never sees an earlier run's Node.
     crate::common::wait_until(Duration::from_secs(30), "earlier runs' Nodes gone", || {
         let nodes = nodes.clone();
         let labelled = labelled.clone();
-        async move { nodes.list(&labelled).await.map(|l| l.items.is_empty()).unwrap_or(false) }
+        async move {
+            nodes
+                .list(&labelled)
+                .await
+                .map(|l| l.items.is_empty())
+                .unwrap_or(false)
+        }
     })
     .await;
 }
@@ -148,7 +168,8 @@ async fn create_nodes(client: &kube::Client, run: &str, instances: &[Instance]) 
     let api: Api<Node> = Api::all(client.clone());
     let mut nodes = Vec::new();
     for instance in instances {
-        let mut node = crate::common::node_with_id(&instance.private_dns_name, &instance.provider_id());
+        let mut node =
+            crate::common::node_with_id(&instance.private_dns_name, &instance.provider_id());
         node.metadata.labels = Some(run_labels(run));
         api.create(&PostParams::default(), &node)
             .await
@@ -161,9 +182,13 @@ async fn create_nodes(client: &kube::Client, run: &str, instances: &[Instance]) 
                           {"type": "InternalDNS", "address": instance.private_dns_name}],
         }});
         nodes.push(
-            api.patch_status(&instance.private_dns_name, &PatchParams::default(), &Patch::Merge(status))
-                .await
-                .expect("Node status"),
+            api.patch_status(
+                &instance.private_dns_name,
+                &PatchParams::default(),
+                &Patch::Merge(status),
+            )
+            .await
+            .expect("Node status"),
         );
     }
     nodes
@@ -176,7 +201,10 @@ fn services() -> Vec<Service> {
         (ANN_SSL_CERT, CERT),
         (ANN_SSL_PORTS, "443"),
         (ANN_BACKEND_PROTOCOL, "ssl"),
-        (ANN_SSL_NEGOTIATION_POLICY, "ELBSecurityPolicy-TLS-1-2-2017-01"),
+        (
+            ANN_SSL_NEGOTIATION_POLICY,
+            "ELBSecurityPolicy-TLS-1-2-2017-01",
+        ),
         (ANN_PROXY_PROTOCOL, "*"),
         (ANN_CONNECTION_IDLE_TIMEOUT, "300"),
         (ANN_CROSS_ZONE, "true"),
@@ -241,7 +269,11 @@ async fn create_services(client: &kube::Client, ns: &str, services: Vec<Service>
     let mut created = Vec::new();
     for mut svc in services {
         svc.metadata.labels = Some(run_labels(ns));
-        created.push(api.create(&PostParams::default(), &svc).await.expect("create Service"));
+        created.push(
+            api.create(&PostParams::default(), &svc)
+                .await
+                .expect("create Service"),
+        );
     }
     created
 }
@@ -334,7 +366,11 @@ impl Upstream {
 
     /// Panics with upstream's log tail when it has exited.
     fn assert_running(&mut self) {
-        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+        if let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        {
             panic!(
                 "upstream exited ({status}); the end of its log ({}):\n{}",
                 self.log.display(),
@@ -373,12 +409,21 @@ impl Drop for Upstream {
 
 /// Waits until every Service of `ns` has an ingress; on timeout panics naming those without one, with
 /// upstream's log tail.
-async fn wait_for_ingress(client: &kube::Client, ns: &str, upstream: &mut Upstream, count: usize) -> Vec<Service> {
+async fn wait_for_ingress(
+    client: &kube::Client,
+    ns: &str,
+    upstream: &mut Upstream,
+    count: usize,
+) -> Vec<Service> {
     let api: Api<Service> = Api::namespaced(client.clone(), ns);
     let deadline = tokio::time::Instant::now() + UPSTREAM_TIMEOUT;
     loop {
         upstream.assert_running();
-        let list = api.list(&ListParams::default()).await.expect("list Services").items;
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .expect("list Services")
+            .items;
         let missing: Vec<&str> = list
             .iter()
             .filter(|s| ingress_hostname(s).is_none())
@@ -439,12 +484,18 @@ async fn upstream_load_balancers_are_adopted_without_a_change() {
     let cloud = provider(&s.world.config("")).await;
     let mut differences = Vec::new();
     let mut before = BTreeMap::new();
+    let node_rules = crate::common::sg_rules(&s.world.ec2, &s.world.node_sg).await;
     for svc in &synced {
         let name = name_of(svc);
         let upstream_hostname = ingress_hostname(svc);
-        match cloud.ensure_load_balancer(CLUSTER_NAME, svc, &s.nodes).await {
+        match cloud
+            .ensure_load_balancer(CLUSTER_NAME, svc, &s.nodes)
+            .await
+        {
             Ok(status) => {
-                let ours = status.ingress.and_then(|i| i.first().and_then(|i| i.hostname.clone()));
+                let ours = status
+                    .ingress
+                    .and_then(|i| i.first().and_then(|i| i.hostname.clone()));
                 if ours != upstream_hostname {
                     differences.push(format!(
                         "{name}: ours reports hostname {ours:?}, upstream wrote {upstream_hostname:?}"
@@ -453,7 +504,10 @@ async fn upstream_load_balancers_are_adopted_without_a_change() {
             }
             Err(e) => differences.push(format!("{name}: ensure_load_balancer failed: {e}")),
         }
-        if let Err(e) = cloud.update_load_balancer(CLUSTER_NAME, svc, &s.nodes).await {
+        if let Err(e) = cloud
+            .update_load_balancer(CLUSTER_NAME, svc, &s.nodes)
+            .await
+        {
             differences.push(format!("{name}: update_load_balancer failed: {e}"));
         }
         let after = cloud.metrics().mutating_calls();
@@ -469,6 +523,21 @@ async fn upstream_load_balancers_are_adopted_without_a_change() {
             ));
         }
         before = after;
+    }
+    let node_rules_after = crate::common::sg_rules(&s.world.ec2, &s.world.node_sg).await;
+    for rule in &node_rules {
+        if !node_rules_after.contains(rule) {
+            differences.push(format!(
+                "ours removed the node security group's rule {rule:?}"
+            ));
+        }
+    }
+    for rule in &node_rules_after {
+        if !node_rules.contains(rule) {
+            differences.push(format!(
+                "ours added the node security group's rule {rule:?}"
+            ));
+        }
     }
     assert!(
         differences.is_empty(),
@@ -501,7 +570,9 @@ impl CountingProxy {
             .strip_prefix("http://")
             .expect("moto speaks plain HTTP")
             .to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
@@ -537,7 +608,11 @@ impl Drop for CountingProxy {
 }
 
 /// Relays one request to `target` and its response back, recording the request's form parameters.
-async fn relay(mut client: TcpStream, target: &str, recorded: &Mutex<Vec<Request>>) -> std::io::Result<()> {
+async fn relay(
+    mut client: TcpStream,
+    target: &str,
+    recorded: &Mutex<Vec<Request>>,
+) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -552,7 +627,10 @@ async fn relay(mut client: TcpStream, target: &str, recorded: &Mutex<Vec<Request
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let content_length = header_lines(&head)
-        .find_map(|(k, v)| k.eq_ignore_ascii_case("content-length").then(|| v.parse::<usize>().ok()))
+        .find_map(|(k, v)| {
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.parse::<usize>().ok())
+        })
         .flatten()
         .unwrap_or(0);
     while buf.len() < head_end + content_length {
@@ -590,7 +668,9 @@ async fn relay(mut client: TcpStream, target: &str, recorded: &Mutex<Vec<Request
     if let (Some(port), true) = (classic_instance_port, response_head.contains(" 200 ")) {
         default_health_check(&params["LoadBalancerName"], &port).await;
     }
-    client.write_all(&with_connection_close(&response_head)).await?;
+    client
+        .write_all(&with_connection_close(&response_head))
+        .await?;
     client.write_all(&response[response_head_end..]).await?;
     client.shutdown().await
 }
@@ -687,7 +767,10 @@ fn form_params(body: &str) -> BTreeMap<String, String> {
 ///   listener on every sync).
 fn upstream_reapplies(svc: &Service) -> Vec<&'static str> {
     let annotations = svc.metadata.annotations.clone().unwrap_or_default();
-    if annotations.get(ANN_TYPE).is_some_and(|t| t == "nlb" || t == "external") {
+    if annotations
+        .get(ANN_TYPE)
+        .is_some_and(|t| t == "nlb" || t == "external")
+    {
         return vec![];
     }
     let mut allowed = vec!["ModifyLoadBalancerAttributes"];
@@ -715,7 +798,11 @@ async fn wait_for_upstream_syncs(
     let deadline = tokio::time::Instant::now() + UPSTREAM_TIMEOUT;
     loop {
         upstream.assert_running();
-        let events = api.list(&ListParams::default()).await.expect("list Events").items;
+        let events = api
+            .list(&ListParams::default())
+            .await
+            .expect("list Events")
+            .items;
         let reported = |svc: &Service, reason: &str| {
             events.iter().any(|e| {
                 e.involved_object.name.as_deref() == svc.metadata.name.as_deref()
@@ -739,7 +826,9 @@ async fn wait_for_upstream_syncs(
             .collect();
         let pending: Vec<&str> = services
             .iter()
-            .filter(|s| !reported(s, "EnsuredLoadBalancer") && !reported(s, "SyncLoadBalancerFailed"))
+            .filter(|s| {
+                !reported(s, "EnsuredLoadBalancer") && !reported(s, "SyncLoadBalancerFailed")
+            })
             .map(name_of)
             .collect();
         if pending.is_empty() {
@@ -771,7 +860,12 @@ async fn upstream_keeps_our_load_balancers() {
         let status = cloud
             .ensure_load_balancer(CLUSTER_NAME, svc, &s.nodes)
             .await
-            .unwrap_or_else(|e| panic!("{}: ours cannot create its load balancer: {e}", name_of(svc)));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: ours cannot create its load balancer: {e}",
+                    name_of(svc)
+                )
+            });
         api.patch_status(
             name_of(svc),
             &PatchParams::default(),
@@ -779,12 +873,16 @@ async fn upstream_keeps_our_load_balancers() {
         )
         .await
         .expect("write the Service status");
-        ours.insert(name_of(svc).to_string(), status.ingress.and_then(|i| i[0].hostname.clone()));
+        ours.insert(
+            name_of(svc).to_string(),
+            status.ingress.and_then(|i| i[0].hostname.clone()),
+        );
     }
 
     let proxy = CountingProxy::start(&moto().url).await;
     let mut upstream = Upstream::start(&peer, &s.world, &proxy.url, &format!("aws-peer-{}", s.ns));
-    let mut differences = wait_for_upstream_syncs(&s.client, &s.ns, &s.services, &mut upstream).await;
+    let mut differences =
+        wait_for_upstream_syncs(&s.client, &s.ns, &s.services, &mut upstream).await;
     // The node sync that follows the first service syncs.
     tokio::time::sleep(Duration::from_secs(5)).await;
     upstream.stop();
@@ -806,10 +904,17 @@ async fn upstream_keeps_our_load_balancers() {
             .and_then(|n| lb_names.get(n))
             .is_some_and(|svc| upstream_reapplies(svc).contains(&request.action.as_str()));
         if !allowed {
-            differences.push(format!("upstream made {} {:?}", request.action, request.params));
+            differences.push(format!(
+                "upstream made {} {:?}",
+                request.action, request.params
+            ));
         }
     }
-    for svc in api.list(&ListParams::default()).await.expect("list Services") {
+    for svc in api
+        .list(&ListParams::default())
+        .await
+        .expect("list Services")
+    {
         let name = name_of(&svc);
         if ours.get(name) != Some(&ingress_hostname(&svc)) {
             differences.push(format!(
