@@ -26,7 +26,7 @@ test-realkube: ## The conformance and end-to-end suites against a real kube-apis
 test-upstream: ## The differential suite: the same scenarios with upstream's CCM (hack/upstream) and ours on a real kube-apiserver.
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/upstream/test.sh
 
-upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a fake cloud) from Go modules.
+upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a fake cloud, cloud-provider-aws's CCM) from Go modules.
 	hack/upstream/build.sh
 
 realkube: ## Build the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from Go modules.

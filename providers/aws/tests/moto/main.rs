@@ -12,4 +12,5 @@ mod nlb_takeover;
 mod routes;
 mod setup;
 mod takeover;
+mod upstream_peer;
 mod volumes;
