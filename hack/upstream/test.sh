@@ -60,4 +60,4 @@ echo "--- upstream: the AWS peer tests (upstream $("$upstream_aws" --version 2>&
 UPSTREAM_AWS_CCM="$upstream_aws" \
 PEER_KUBECONFIG="$peer_dir/admin.kubeconfig" \
 PEER_LOG_DIR="$logs" \
-  "$cargo" test -p provider-aws $features --locked --test moto upstream_peer:: -- --ignored --test-threads=1 --nocapture
+  "$cargo" test --workspace $features --locked --test moto upstream_peer:: -- --ignored --test-threads=1 --nocapture

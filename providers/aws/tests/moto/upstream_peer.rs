@@ -644,6 +644,7 @@ async fn relay(
     let body = String::from_utf8_lossy(&buf[head_end..head_end + content_length]).to_string();
     let mut params = form_params(&body);
     let action = params.remove("Action");
+    let is_describe_listeners = action.as_deref() == Some("DescribeListeners");
     let classic_instance_port = (action.as_deref() == Some("CreateLoadBalancer"))
         .then(|| params.get("Listeners.member.1.InstancePort").cloned())
         .flatten();
@@ -664,15 +665,61 @@ async fn relay(
         .position(|w| w == b"\r\n\r\n")
         .map(|i| i + 4)
         .ok_or_else(|| std::io::Error::other("response without a head"))?;
-    let response_head = String::from_utf8_lossy(&response[..response_head_end]).to_string();
+    let mut response_head = String::from_utf8_lossy(&response[..response_head_end]).to_string();
     if let (Some(port), true) = (classic_instance_port, response_head.contains(" 200 ")) {
         default_health_check(&params["LoadBalancerName"], &port).await;
+    }
+    let mut response_body = response[response_head_end..].to_vec();
+    if is_describe_listeners {
+        let body = without_plain_listener_policies(&String::from_utf8_lossy(&response_body));
+        response_head = with_content_length(&response_head, body.len());
+        response_body = body.into_bytes();
     }
     client
         .write_all(&with_connection_close(&response_head))
         .await?;
-    client.write_all(&response[response_head_end..]).await?;
+    client.write_all(&response_body).await?;
     client.shutdown().await
+}
+
+/// A DescribeListeners answer without the SSL policy of TCP and UDP listeners: moto gives every new listener
+/// one (AWS gives them none), and upstream "corrects" a TCP listener with a policy by ModifyListener.
+fn without_plain_listener_policies(body: &str) -> String {
+    body.split_inclusive("</member>")
+        .map(|member| {
+            let plain = ["<Protocol>TCP</Protocol>", "<Protocol>UDP</Protocol>"]
+                .iter()
+                .any(|p| member.contains(p));
+            match (
+                plain,
+                member.find("<SslPolicy>"),
+                member.find("</SslPolicy>"),
+            ) {
+                (true, Some(start), Some(end)) => {
+                    format!(
+                        "{}{}",
+                        &member[..start],
+                        &member[end + "</SslPolicy>".len()..]
+                    )
+                }
+                _ => member.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A response head with its Content-Length set to `length`.
+fn with_content_length(head: &str, length: usize) -> String {
+    head.split("\r\n")
+        .map(|line| {
+            if line.to_ascii_lowercase().starts_with("content-length:") {
+                format!("Content-Length: {length}")
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
 }
 
 /// Gives a new classic ELB the health check AWS gives every classic ELB it creates (TCP to the first
