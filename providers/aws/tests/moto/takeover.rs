@@ -22,6 +22,27 @@ use crate::common::{Instance, REGION, World, elb_classic, lb_service, moto, node
 /// An IAM server-certificate ARN (moto checks only ACM ARNs).
 const CERT: &str = "arn:aws:iam::123456789012:server-certificate/takeover";
 
+/// Every annotation family of a classic ELB at once: internal, TLS on one port with an SSL backend and a
+/// negotiation policy, proxy protocol, attributes, health-check overrides and extra tags.
+pub const CLASSIC_TLS_ANNOTATIONS: &[(&str, &str)] = &[
+    (ANN_INTERNAL, "true"),
+    (ANN_SSL_CERT, CERT),
+    (ANN_SSL_PORTS, "443"),
+    (ANN_BACKEND_PROTOCOL, "ssl"),
+    (
+        ANN_SSL_NEGOTIATION_POLICY,
+        "ELBSecurityPolicy-TLS-1-2-2017-01",
+    ),
+    (ANN_PROXY_PROTOCOL, "*"),
+    (ANN_CONNECTION_IDLE_TIMEOUT, "300"),
+    (ANN_CROSS_ZONE, "true"),
+    (ANN_CONNECTION_DRAINING_ENABLED, "true"),
+    (ANN_CONNECTION_DRAINING_TIMEOUT, "45"),
+    (ANN_HC_INTERVAL, "20"),
+    (ANN_HC_HEALTHY, "3"),
+    (ANN_ADDITIONAL_TAGS, "team=shop"),
+];
+
 /// A classic ELB as upstream made it for a Service.
 struct UpstreamClassic<'a> {
     /// `(lb port, protocol, node port, instance protocol, certificate)`.
@@ -323,24 +344,7 @@ async fn upstream_classic_load_balancers_are_adopted_without_a_change() {
     let mut tls = lb_service(
         "tls",
         &[("http", 80, "TCP", 30081), ("https", 443, "TCP", 30443)],
-        &[
-            (ANN_INTERNAL, "true"),
-            (ANN_SSL_CERT, CERT),
-            (ANN_SSL_PORTS, "443"),
-            (ANN_BACKEND_PROTOCOL, "ssl"),
-            (
-                ANN_SSL_NEGOTIATION_POLICY,
-                "ELBSecurityPolicy-TLS-1-2-2017-01",
-            ),
-            (ANN_PROXY_PROTOCOL, "*"),
-            (ANN_CONNECTION_IDLE_TIMEOUT, "300"),
-            (ANN_CROSS_ZONE, "true"),
-            (ANN_CONNECTION_DRAINING_ENABLED, "true"),
-            (ANN_CONNECTION_DRAINING_TIMEOUT, "45"),
-            (ANN_HC_INTERVAL, "20"),
-            (ANN_HC_HEALTHY, "3"),
-            (ANN_ADDITIONAL_TAGS, "team=shop"),
-        ],
+        CLASSIC_TLS_ANNOTATIONS,
     );
     tls.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["10.0.0.0/8".into()]);
     let tls_dns = seed_upstream_classic(

@@ -37,8 +37,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::{ACCESS_KEY, Instance, REGION, SECRET_KEY, World, moto, provider};
 
-/// An IAM server-certificate ARN (moto checks only ACM ARNs).
-const CERT: &str = "arn:aws:iam::123456789012:server-certificate/upstream-peer";
 /// The label on every Node, Namespace and Service these tests create, so a later run can remove them.
 const RUN_LABEL: &str = "aws-peer.test/run";
 /// How long upstream may take to give every Service an ingress.
@@ -196,24 +194,7 @@ async fn create_nodes(client: &kube::Client, run: &str, instances: &[Instance]) 
 
 /// The Services both tests create.
 fn services() -> Vec<Service> {
-    let tls_annotations: &[(&str, &str)] = &[
-        (ANN_INTERNAL, "true"),
-        (ANN_SSL_CERT, CERT),
-        (ANN_SSL_PORTS, "443"),
-        (ANN_BACKEND_PROTOCOL, "ssl"),
-        (
-            ANN_SSL_NEGOTIATION_POLICY,
-            "ELBSecurityPolicy-TLS-1-2-2017-01",
-        ),
-        (ANN_PROXY_PROTOCOL, "*"),
-        (ANN_CONNECTION_IDLE_TIMEOUT, "300"),
-        (ANN_CROSS_ZONE, "true"),
-        (ANN_CONNECTION_DRAINING_ENABLED, "true"),
-        (ANN_CONNECTION_DRAINING_TIMEOUT, "45"),
-        (ANN_HC_INTERVAL, "20"),
-        (ANN_HC_HEALTHY, "3"),
-        (ANN_ADDITIONAL_TAGS, "team=shop,tier=front"),
-    ];
+    let tls_annotations = crate::takeover::CLASSIC_TLS_ANNOTATIONS;
     vec![
         // Upstream's default: a classic ELB, no annotation at all.
         service("plain", &[("http", 80)], &[], &[], false),
