@@ -1,6 +1,6 @@
-//! The upstream AWS cloud-controller-manager as a live peer: kubernetes/cloud-provider-aws's own binary
-//! (`hack/upstream/aws`, built unmodified from its Go module) runs its service controller against moto and a
-//! real kube-apiserver, and this provider must agree with what it does.
+//! The upstream AWS cloud-controller-manager as a live peer: kubernetes/cloud-provider-aws's AWS provider
+//! (`hack/upstream/aws`: built unmodified from its Go module, in k8s.io/cloud-provider's command) runs its
+//! service controller against moto and a real kube-apiserver, and this provider must agree with what it does.
 //!
 //! * Upstream first ([`upstream_load_balancers_are_adopted_without_a_change`]): upstream creates the load
 //!   balancers of a set of Services (classic ELBs with and without every annotation family, a classic for an
