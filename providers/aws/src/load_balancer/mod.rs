@@ -749,6 +749,18 @@ mod tests {
         ANN_ACCESS_LOG_BUCKET, ANN_ACCESS_LOG_ENABLED, ANN_CROSS_ZONE,
     };
 
+    /// A Service spec with one TCP port, 80 on node port 30080.
+    fn one_port() -> k8s_openapi::api::core::v1::ServiceSpec {
+        k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn node_selection_by_labels() {
         let mut node = Node::default();
@@ -779,14 +791,7 @@ mod tests {
             (ANN_ACCESS_LOG_ENABLED.to_string(), "true".to_string()),
             (ANN_ACCESS_LOG_BUCKET.to_string(), "logs".to_string()),
         ]));
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
-                port: 80,
-                node_port: Some(30080),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
+        svc.spec = Some(one_port());
         let spec = spec::parse(&svc, &Default::default()).unwrap();
         assert_eq!(
             wanted_lb_attributes(&spec),
@@ -808,14 +813,7 @@ mod tests {
     fn attributes_default_to_off() {
         let mut svc = Service::default();
         svc.metadata.name = Some("s".into());
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
-                port: 80,
-                node_port: Some(30080),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
+        svc.spec = Some(one_port());
         let spec = spec::parse(&svc, &Default::default()).unwrap();
         assert_eq!(
             wanted_lb_attributes(&spec),
@@ -854,14 +852,7 @@ mod tests {
         ];
         let mut svc = Service::default();
         svc.metadata.name = Some("s".into());
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
-                port: 80,
-                node_port: Some(30080),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
+        svc.spec = Some(one_port());
         let with = |pairs: &[(&str, &str)]| {
             let mut s = svc.clone();
             s.metadata.annotations = Some(
