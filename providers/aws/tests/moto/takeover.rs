@@ -60,6 +60,27 @@ struct UpstreamClassic<'a> {
     targets: Vec<&'a Instance>,
 }
 
+impl<'a> UpstreamClassic<'a> {
+    /// Upstream's classic ELB of a Service with one TCP port 80 on `node_port`, no annotation and the health
+    /// check `target` (upstream's default thresholds, interval and timeout).
+    fn plain(world: &World, node_port: i32, target: &'a str, targets: Vec<&'a Instance>) -> Self {
+        UpstreamClassic {
+            listeners: vec![(80, "tcp", node_port, "tcp", None)],
+            internal: false,
+            subnets: subnets(&world.public_subnets),
+            source_ranges: vec!["0.0.0.0/0"],
+            health_check: (target, 2, 6, 10, 5),
+            idle_timeout: 60,
+            cross_zone: false,
+            draining: None,
+            proxy_protocol_ports: vec![],
+            ssl_negotiation_policy: None,
+            additional_tags: vec![],
+            targets,
+        }
+    }
+}
+
 /// Creates what upstream's EnsureLoadBalancer leaves for `svc`: the `k8s-elb-<name>` group with its ingress,
 /// the load balancer, its policies, health check and attributes, the node rule and the registrations.
 async fn seed_upstream_classic(world: &World, svc: &Service, lb: &UpstreamClassic<'_>) -> String {
@@ -322,20 +343,7 @@ async fn upstream_classic_load_balancers_are_adopted_without_a_change() {
     let plain_dns = seed_upstream_classic(
         &world,
         &plain,
-        &UpstreamClassic {
-            listeners: vec![(80, "tcp", 30080, "tcp", None)],
-            internal: false,
-            subnets: subnets(&world.public_subnets),
-            source_ranges: vec!["0.0.0.0/0"],
-            health_check: ("TCP:30080", 2, 6, 10, 5),
-            idle_timeout: 60,
-            cross_zone: false,
-            draining: None,
-            proxy_protocol_ports: vec![],
-            ssl_negotiation_policy: None,
-            additional_tags: vec![],
-            targets: vec![&a, &b],
-        },
+        &UpstreamClassic::plain(&world, 30080, "TCP:30080", vec![&a, &b]),
     )
     .await;
 
@@ -378,20 +386,7 @@ async fn upstream_classic_load_balancers_are_adopted_without_a_change() {
     let local_dns = seed_upstream_classic(
         &world,
         &local,
-        &UpstreamClassic {
-            listeners: vec![(80, "tcp", 30082, "tcp", None)],
-            internal: false,
-            subnets: subnets(&world.public_subnets),
-            source_ranges: vec!["0.0.0.0/0"],
-            health_check: ("HTTP:32082/healthz", 2, 6, 10, 5),
-            idle_timeout: 60,
-            cross_zone: false,
-            draining: None,
-            proxy_protocol_ports: vec![],
-            ssl_negotiation_policy: None,
-            additional_tags: vec![],
-            targets: vec![&a, &b],
-        },
+        &UpstreamClassic::plain(&world, 30082, "HTTP:32082/healthz", vec![&a, &b]),
     )
     .await;
 
