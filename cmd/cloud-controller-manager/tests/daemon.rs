@@ -351,6 +351,13 @@ fn bad_flags_exit_2_with_their_messages() {
              (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
              pv-label-controller (pv-label)\n",
         ),
+        (
+            &["--cloud-provider=fake", "--controllers=*,firewall"],
+            "error: --controllers: unknown controller \"firewall\"; valid values are \"*\", a name or \
+             \"-name\" with name one of: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller \
+             (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
+             pv-label-controller (pv-label)\n",
+        ),
         (&["--cloud-provider=external"], &external),
         (&[], &empty),
     ];
@@ -543,4 +550,31 @@ async fn losing_the_lease_exits_1() {
         "{}",
         daemon.log()
     );
+}
+
+#[test]
+fn provider_controllers_are_checked_with_the_flags() {
+    if !cfg!(feature = "digitalocean") {
+        return;
+    }
+    // The DigitalOcean provider declares its firewall controller: a typo is a usage error naming it.
+    let (code, _, stderr) =
+        run_to_end(&["--cloud-provider=digitalocean", "--controllers=*,-firewal"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.starts_with("error: --controllers: unknown controller \"-firewal\"")
+            && stderr.ends_with("pv-label-controller (pv-label), firewall-controller (firewall)\n"),
+        "{stderr}"
+    );
+    // Its right name passes; the daemon then stops at the provider, for want of a token.
+    let output = Command::new(BINARY)
+        .args(["--cloud-provider=digitalocean", "--controllers=*,-firewall"])
+        .env_remove("RUST_LOG")
+        .env_remove("KUBECONFIG")
+        .env_remove("DO_ACCESS_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no DigitalOcean API token"), "{stderr}");
 }

@@ -11,15 +11,16 @@ use std::time::Duration;
 
 use cloud_controllers::{
     ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
-    identity, run_controllers,
+    identity, run_with_provider_controllers,
 };
-use cloud_provider::{CloudProvider, Registry, RegistryError};
+use cloud_provider::{CloudProvider, ControllerInfo, ProviderController, Registry, RegistryError};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
     AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits,
     SharedConnections, build_client, events_limits, load_config,
 };
+use crate::controllers_flag::SelectedControllers;
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
 use crate::service_accounts::{
     ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
@@ -71,6 +72,9 @@ pub enum AppError {
     /// The controllers failed.
     #[error("controllers failed: {0}")]
     Controllers(String),
+    /// `--controllers` names a controller that neither this program nor the provider has.
+    #[error("{0}")]
+    UnknownController(String),
     /// Leadership was lost.
     #[error("leader election lost: {0}")]
     LeaseLost(String),
@@ -133,26 +137,64 @@ pub fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
-/// The controllers to start: those enabled by `--controllers`, minus node-route-controller when
-/// `--configure-cloud-routes` is false. Like upstream (since Kubernetes 1.21), `--allocate-node-cidrs` plays no
-/// part: pod CIDRs may come from another allocator. A provider without routes skips it when it starts.
-pub fn controllers_to_start(config: &AppConfig) -> Vec<ControllerName> {
-    let routes = config.controller_config.configure_cloud_routes;
-    config
+/// The controllers to start: those enabled by `--controllers` among the standard ones and `provider`'s
+/// own, minus node-route-controller when `--configure-cloud-routes` is false. Like upstream (since
+/// Kubernetes 1.21), `--allocate-node-cidrs` plays no part: pod CIDRs may come from another allocator. A
+/// provider without routes skips it when it starts.
+pub fn controllers_to_start(
+    config: &AppConfig,
+    provider: &[ControllerInfo],
+) -> Result<SelectedControllers, AppError> {
+    let mut selected = config
         .controllers
-        .iter()
-        .copied()
-        .filter(|controller| {
-            if *controller == ControllerName::NodeRoute && !routes {
-                tracing::info!(
-                    "will not configure cloud provider routes, --configure-cloud-routes is false; \
-                     node-route-controller is not started"
-                );
-                return false;
-            }
-            true
+        .resolve(provider)
+        .map_err(AppError::UnknownController)?;
+    if !config.controller_config.configure_cloud_routes {
+        let before = selected.standard.len();
+        selected
+            .standard
+            .retain(|c| *c != ControllerName::NodeRoute);
+        if selected.standard.len() < before {
+            tracing::info!(
+                "will not configure cloud provider routes, --configure-cloud-routes is false; \
+                 node-route-controller is not started"
+            );
+        }
+    }
+    Ok(selected)
+}
+
+/// The controllers the leader runs.
+struct ControllerSet {
+    /// The standard controllers, in start order.
+    standard: Vec<ControllerName>,
+    /// The provider's own controllers.
+    provider: Vec<Arc<dyn ProviderController>>,
+}
+
+impl ControllerSet {
+    /// The selected controllers of `cloud`.
+    fn select(config: &AppConfig, cloud: &dyn CloudProvider) -> Result<Self, AppError> {
+        let provider = cloud.controllers();
+        let infos: Vec<ControllerInfo> = provider.iter().map(|c| c.info()).collect();
+        let selected = controllers_to_start(config, &infos)?;
+        Ok(ControllerSet {
+            standard: selected.standard,
+            provider: provider
+                .into_iter()
+                .filter(|c| selected.provider.contains(&c.info().name))
+                .collect(),
         })
-        .collect()
+    }
+
+    /// The canonical names of all of them.
+    fn names(&self) -> Vec<&'static str> {
+        self.standard
+            .iter()
+            .map(|c| c.canonical())
+            .chain(self.provider.iter().map(|c| c.info().name))
+            .collect()
+    }
 }
 
 /// Runs the daemon until `shutdown` is cancelled (Ok) or a fatal error.
@@ -169,6 +211,7 @@ pub async fn run_until(
 
     // Provider.
     let cloud = registry.init_from_file(&config.cloud_provider, config.cloud_config.as_deref())?;
+    let controllers = ControllerSet::select(&config, cloud.as_ref())?;
     if !cloud.has_cluster_id() {
         if config.allow_untagged_cloud {
             tracing::warn!(
@@ -232,7 +275,6 @@ pub async fn run_until(
         health,
         identity: identity.clone(),
     };
-    let controllers = controllers_to_start(&config);
 
     let Some(le) = &config.leader_election else {
         tracing::info!("leader election is disabled; starting at once");
@@ -376,7 +418,7 @@ async fn lead(
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     mut context: ControllerContext,
-    controllers: Vec<ControllerName>,
+    controllers: ControllerSet,
     service_accounts: Option<ServiceAccountSettings>,
     stop: CancellationToken,
 ) -> Result<(), AppError> {
@@ -400,7 +442,7 @@ async fn lead(
         ));
         let started = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            started = ControllerCredentials::start(issuer, &settings.base, &controllers, settings.limits) => {
+            started = ControllerCredentials::start(issuer, &settings.base, &controllers.standard, settings.limits) => {
                 started.map_err(AppError::ServiceAccountCredentials)?
             }
         };
@@ -409,14 +451,15 @@ async fn lead(
         context.config = Arc::new(config);
         credentials = Some(started);
     }
-    let names: Vec<&str> = controllers.iter().map(|c| c.canonical()).collect();
+    let names = controllers.names();
     tracing::info!(controllers = ?names, "starting controllers");
-    if controllers.is_empty() {
+    if names.is_empty() {
         tracing::warn!("no controller is enabled; waiting for shutdown");
     }
-    let result = run_controllers(context, &controllers, stop)
-        .await
-        .map_err(|err| AppError::Controllers(err.to_string()));
+    let result =
+        run_with_provider_controllers(context, &controllers.standard, controllers.provider, stop)
+            .await
+            .map_err(|err| AppError::Controllers(err.to_string()));
     if let Some(credentials) = credentials {
         credentials.stop().await;
     }
@@ -530,16 +573,19 @@ mod tests {
 
     #[test]
     fn routes_follow_configure_cloud_routes_alone() {
-        let on = controllers_to_start(&config(&[]));
-        assert!(on.contains(&ControllerName::NodeRoute));
-        assert!(on.contains(&ControllerName::CloudNode));
-        let on = controllers_to_start(&config(&["--allocate-node-cidrs=false"]));
-        assert!(on.contains(&ControllerName::NodeRoute));
-        let on = controllers_to_start(&config(&[
-            "--allocate-node-cidrs",
-            "--configure-cloud-routes=false",
-        ]));
-        assert!(!on.contains(&ControllerName::NodeRoute));
+        let on = |args: &[&str]| controllers_to_start(&config(args), &[]).unwrap().standard;
+        assert!(on(&[]).contains(&ControllerName::NodeRoute));
+        assert!(on(&[]).contains(&ControllerName::CloudNode));
+        assert!(on(&["--allocate-node-cidrs=false"]).contains(&ControllerName::NodeRoute));
+        assert!(
+            !on(&["--allocate-node-cidrs", "--configure-cloud-routes=false"])
+                .contains(&ControllerName::NodeRoute)
+        );
+        let err = controllers_to_start(&config(&["--controllers=*,firewall"]), &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown controller \"firewall\""),
+            "{err}"
+        );
     }
 
     #[test]

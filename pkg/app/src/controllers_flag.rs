@@ -3,71 +3,114 @@
 //! Semantics as upstream: each entry is a controller name (canonical or alias), `-name` to disable it, or
 //! `*` for "every controller enabled by default and not otherwise named". For each controller the first entry
 //! naming it wins; if no entry names it, it runs only when `*` is present and it is enabled by default
-//! ([`ControllerName::enabled_by_default`]: all but `pv-label-controller`, which upstream does not have).
-//! Unknown names are an error that lists the valid ones.
+//! ([`ControllerName::enabled_by_default`]: all but `pv-label-controller`, which upstream does not have; a
+//! provider's own controllers are). The entries' syntax is checked with the other flags
+//! ([`ControllerSelection::parse`]), the names against the standard controllers and those the provider
+//! declared in the registry ([`ControllerSelection::resolve`]) before anything starts: an unknown name is a
+//! usage error that lists the valid ones.
 
 use cloud_controllers::ControllerName;
+use cloud_provider::ControllerInfo;
 
-/// The controllers enabled by the `--controllers` entries, in the deterministic start order of
-/// [`ControllerName::ALL`].
-///
-/// ```
-/// use ccm_app::controllers_flag::enabled_controllers;
-/// use cloud_controllers::ControllerName;
-/// let on = enabled_controllers(&["*".into(), "-route".into()]).unwrap();
-/// assert!(!on.contains(&ControllerName::NodeRoute));
-/// assert!(on.contains(&ControllerName::CloudNode));
-/// assert!(!on.contains(&ControllerName::PvLabel));
-/// let on = enabled_controllers(&["*".into(), "pv-label".into()]).unwrap();
-/// assert!(on.contains(&ControllerName::PvLabel));
-/// ```
-pub fn enabled_controllers(entries: &[String]) -> Result<Vec<ControllerName>, String> {
-    for entry in entries {
-        let entry = entry.trim();
-        if entry == "*" {
-            continue;
-        }
-        let name = entry.strip_prefix('-').unwrap_or(entry);
-        if ControllerName::from_name(name).is_none() {
-            return Err(format!(
-                "--controllers: unknown controller {entry:?}; valid values are \"*\", a name or \"-name\" \
-                 with name one of: {}",
-                valid_names()
-            ));
-        }
-    }
-    Ok(ControllerName::ALL
-        .iter()
-        .copied()
-        .filter(|controller| is_enabled(*controller, entries))
-        .collect())
+/// The `--controllers` entries, syntactically valid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerSelection {
+    entries: Vec<String>,
 }
 
-/// Whether `controller` is enabled by `entries` (the entries are assumed valid).
-fn is_enabled(controller: ControllerName, entries: &[String]) -> bool {
-    let mut star = false;
-    for entry in entries {
-        let entry = entry.trim();
-        if entry == "*" {
-            star = true;
-            continue;
-        }
-        let (enable, name) = match entry.strip_prefix('-') {
-            Some(name) => (false, name),
-            None => (true, entry),
-        };
-        if ControllerName::from_name(name) == Some(controller) {
-            return enable;
-        }
-    }
-    star && controller.enabled_by_default()
+/// The controllers a [`ControllerSelection`] enables.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SelectedControllers {
+    /// The standard controllers, in the start order of [`ControllerName::ALL`].
+    pub standard: Vec<ControllerName>,
+    /// The provider's own controllers (canonical names), in the provider's order.
+    pub provider: Vec<&'static str>,
 }
 
-/// `canonical (alias)` for every controller, comma separated.
-pub fn valid_names() -> String {
+impl ControllerSelection {
+    /// Checks the entries' syntax: each is `*`, a name or `-name`.
+    ///
+    /// ```
+    /// use ccm_app::controllers_flag::ControllerSelection;
+    /// use cloud_controllers::ControllerName;
+    /// let on = ControllerSelection::parse(&["*".into(), "-route".into()]).unwrap().resolve(&[]).unwrap();
+    /// assert!(!on.standard.contains(&ControllerName::NodeRoute));
+    /// assert!(on.standard.contains(&ControllerName::CloudNode));
+    /// assert!(!on.standard.contains(&ControllerName::PvLabel));
+    /// assert!(ControllerSelection::parse(&["-*".into()]).is_err());
+    /// ```
+    pub fn parse(entries: &[String]) -> Result<Self, String> {
+        let entries: Vec<String> = entries.iter().map(|e| e.trim().to_string()).collect();
+        for entry in &entries {
+            let name = entry.strip_prefix('-').unwrap_or(entry);
+            if entry != "*" && (name.is_empty() || name.contains('*')) {
+                return Err(format!(
+                    "--controllers: invalid entry {entry:?}; valid values are \"*\", a name or \"-name\" \
+                     with name one of: {}",
+                    valid_names(&[])
+                ));
+            }
+        }
+        Ok(ControllerSelection { entries })
+    }
+
+    /// The controllers enabled, given the provider's own controllers; an unknown name is an error.
+    pub fn resolve(&self, provider: &[ControllerInfo]) -> Result<SelectedControllers, String> {
+        for entry in &self.entries {
+            let name = entry.strip_prefix('-').unwrap_or(entry);
+            if entry != "*" && !is_known(name, provider) {
+                return Err(format!(
+                    "--controllers: unknown controller {entry:?}; valid values are \"*\", a name or \"-name\" \
+                     with name one of: {}",
+                    valid_names(provider)
+                ));
+            }
+        }
+        Ok(SelectedControllers {
+            standard: ControllerName::ALL
+                .into_iter()
+                .filter(|c| self.is_enabled(c.canonical(), c.alias(), c.enabled_by_default()))
+                .collect(),
+            provider: provider
+                .iter()
+                .filter(|c| self.is_enabled(c.name, c.alias, true))
+                .map(|c| c.name)
+                .collect(),
+        })
+    }
+
+    /// Whether the controller named `name` (alias `alias`) is enabled by the entries.
+    fn is_enabled(&self, name: &str, alias: &str, enabled_by_default: bool) -> bool {
+        let mut star = false;
+        for entry in &self.entries {
+            if entry == "*" {
+                star = true;
+                continue;
+            }
+            let (enable, named) = match entry.strip_prefix('-') {
+                Some(named) => (false, named),
+                None => (true, entry.as_str()),
+            };
+            if named == name || named == alias {
+                return enable;
+            }
+        }
+        star && enabled_by_default
+    }
+}
+
+/// Whether `name` names a standard controller or one of `provider`'s.
+fn is_known(name: &str, provider: &[ControllerInfo]) -> bool {
+    ControllerName::from_name(name).is_some()
+        || provider.iter().any(|c| c.name == name || c.alias == name)
+}
+
+/// `canonical (alias)` for every controller, the provider's last, comma separated.
+pub fn valid_names(provider: &[ControllerInfo]) -> String {
     ControllerName::ALL
         .iter()
         .map(|c| format!("{} ({})", c.canonical(), c.alias()))
+        .chain(provider.iter().map(|c| format!("{} ({})", c.name, c.alias)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -78,8 +121,34 @@ mod tests {
     use ControllerName::*;
 
     fn on(entries: &[&str]) -> Vec<ControllerName> {
+        selection(entries).resolve(&[]).unwrap().standard
+    }
+
+    fn selection(entries: &[&str]) -> ControllerSelection {
         let entries: Vec<String> = entries.iter().map(|s| s.to_string()).collect();
-        enabled_controllers(&entries).unwrap()
+        ControllerSelection::parse(&entries).unwrap()
+    }
+
+    const FIREWALL: ControllerInfo = ControllerInfo {
+        name: "firewall-controller",
+        alias: "firewall",
+    };
+
+    #[test]
+    fn provider_controllers_run_with_star_and_by_name() {
+        let provider = |entries: &[&str]| selection(entries).resolve(&[FIREWALL]).unwrap().provider;
+        assert_eq!(provider(&["*"]), ["firewall-controller"]);
+        assert_eq!(provider(&["firewall"]), ["firewall-controller"]);
+        assert!(provider(&["*", "-firewall-controller"]).is_empty());
+        assert!(provider(&["cloud-node"]).is_empty());
+        // Without the provider the name is unknown.
+        let err = selection(&["*", "-firewall"]).resolve(&[]).unwrap_err();
+        assert!(err.contains("unknown controller \"-firewall\""), "{err}");
+        let err = selection(&["nope"]).resolve(&[FIREWALL]).unwrap_err();
+        assert!(
+            err.ends_with("pv-label-controller (pv-label), firewall-controller (firewall)"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -125,8 +194,8 @@ mod tests {
 
     #[test]
     fn unknown_names_list_the_valid_ones() {
-        for bad in ["nope", "-nope", "-*", "", "cloud-node-controllers"] {
-            let err = enabled_controllers(&["*".to_string(), bad.to_string()]).unwrap_err();
+        for bad in ["nope", "-nope", "cloud-node-controllers"] {
+            let err = selection(&["*", bad]).resolve(&[]).unwrap_err();
             assert_eq!(
                 err,
                 format!(
@@ -135,6 +204,14 @@ mod tests {
                      (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
                      pv-label-controller (pv-label)"
                 )
+            );
+        }
+        for bad in ["-*", "", "-", "a*"] {
+            let entries = vec!["*".to_string(), bad.to_string()];
+            let err = ControllerSelection::parse(&entries).unwrap_err();
+            assert!(
+                err.starts_with(&format!("--controllers: invalid entry {bad:?}")),
+                "{err}"
             );
         }
     }

@@ -100,6 +100,14 @@ where
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Which controllers a name means is known once the provider's own are: still a usage error.
+    if let Err(message) = config
+        .controllers
+        .resolve(registry.controllers_of(&config.cloud_provider))
+    {
+        eprintln!("error: {message}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     // The whole program uses rustls with ring; installing it as the process default keeps every TLS user
     // (kube's client included) on it. An error only means a default was installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{ControllerConfig, ControllerName};
+use cloud_controllers::ControllerConfig;
 use cloud_provider::RegistryError;
 use ipnet::IpNet;
 
-use crate::controllers_flag::enabled_controllers;
+use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
 use crate::leader::LeaderElectionConfig;
 use crate::options::{LogFormat, Options};
@@ -84,8 +84,9 @@ pub struct AppConfig {
     pub kube_api_burst: u32,
     /// `--use-service-account-credentials`: each controller writes as its own ServiceAccount.
     pub use_service_account_credentials: bool,
-    /// The controllers `--controllers` enables, in start order (before capability checks).
-    pub controllers: Vec<ControllerName>,
+    /// The `--controllers` entries; which controllers they enable is known once the provider is built
+    /// ([`ControllerSelection::resolve`]).
+    pub controllers: ControllerSelection,
     /// The settings handed to the controllers.
     pub controller_config: Arc<ControllerConfig>,
     /// Leader election, or `None` with `--leader-elect=false`.
@@ -155,11 +156,11 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         }
     };
 
-    let controllers = match enabled_controllers(&options.controllers) {
+    let controllers = match ControllerSelection::parse(&options.controllers) {
         Ok(controllers) => controllers,
         Err(message) => {
             errors.push(message);
-            Vec::new()
+            ControllerSelection::parse(&[]).expect("no entries")
         }
     };
 
@@ -431,6 +432,7 @@ fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<Servi
 mod tests {
     use super::*;
     use clap::Parser;
+    use cloud_controllers::ControllerName;
 
     fn providers() -> Vec<String> {
         vec!["aws".to_string(), "fake".to_string()]
@@ -683,8 +685,9 @@ mod tests {
         assert_eq!(config.controller_config.concurrent_node_syncs, 4);
         assert_eq!(config.controller_config.node_deletion_max_percent, 0);
         assert_eq!(config.controller_config.cluster_name, "kubernetes");
-        assert!(!config.controllers.contains(&ControllerName::PvLabel));
-        assert_eq!(config.controllers.len(), 4);
+        let controllers = config.controllers.resolve(&[]).unwrap().standard;
+        assert!(!controllers.contains(&ControllerName::PvLabel));
+        assert_eq!(controllers.len(), 4);
         assert!(config.serving.is_none());
         assert_eq!(config.kube_api_qps, 5.5);
         assert_eq!(config.kube_api_burst, 7);

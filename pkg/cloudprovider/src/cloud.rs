@@ -1,6 +1,11 @@
 //! The top-level provider interface and its capability accessors.
 
-use crate::{Clusters, Instances, InstancesV2, LoadBalancer, PvLabeler, Result, Routes, Zones};
+use std::sync::Arc;
+
+use crate::{
+    Clusters, Instances, InstancesV2, LoadBalancer, ProviderController, PvLabeler, Result, Routes,
+    Zones,
+};
 
 /// A cloud provider: the entry point the controller manager gets from the [`Registry`](crate::Registry).
 ///
@@ -52,6 +57,13 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Zone/region labels for PersistentVolumes backed by this cloud's volumes.
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
         None
+    }
+
+    /// Control loops of the provider's own, run next to the standard controllers (see
+    /// [`crate::controller`]). Asked once, when the controller manager starts; the selected ones run after
+    /// [`CloudProvider::initialize`]. The default has none.
+    fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
+        Vec::new()
     }
 
     /// Registers the provider's own metrics (cloud API calls, latencies, throttling) on the daemon's

@@ -114,6 +114,7 @@
 
 pub mod cloud;
 pub mod clusters;
+pub mod controller;
 pub mod error;
 pub mod instances;
 pub mod load_balancer;
@@ -127,6 +128,7 @@ pub mod zones;
 
 pub use cloud::CloudProvider;
 pub use clusters::Clusters;
+pub use controller::{ControllerContext, ControllerInfo, ProviderController, ServiceWatch};
 pub use error::{BoxError, CloudError, Result};
 pub use instances::{InstanceMetadata, InstanceState, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, MAX_LOAD_BALANCER_NAME_LEN, default_load_balancer_name};

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::{BoxError, CloudProvider};
+use crate::{BoxError, CloudProvider, ControllerInfo};
 
 /// Builds a provider from the contents of the cloud-config file (`None` when no file was given).
 pub type ProviderFactory = Arc<
@@ -103,6 +103,7 @@ fn list_or_none(names: &[String]) -> String {
 #[derive(Clone, Default)]
 pub struct Registry {
     factories: BTreeMap<String, ProviderFactory>,
+    controllers: BTreeMap<String, Vec<ControllerInfo>>,
 }
 
 impl fmt::Debug for Registry {
@@ -147,6 +148,25 @@ impl Registry {
             + 'static,
     {
         self.register(name, Arc::new(factory))
+    }
+
+    /// Declares the controllers of its own `provider` offers ([`crate::CloudProvider::controllers`]), so
+    /// that `--controllers` can be checked before the provider is built. Replaces an earlier declaration.
+    pub fn declare_controllers(
+        &mut self,
+        provider: impl Into<String>,
+        controllers: &[ControllerInfo],
+    ) {
+        self.controllers
+            .insert(provider.into(), controllers.to_vec());
+    }
+
+    /// The controllers `provider` declared (none when it declared none or is unknown).
+    pub fn controllers_of(&self, provider: &str) -> &[ControllerInfo] {
+        self.controllers
+            .get(provider)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     /// The registered names, sorted.
@@ -249,6 +269,18 @@ mod tests {
         r.register("zeta", factory("zeta")).unwrap();
         r.register("alpha", factory("alpha")).unwrap();
         r
+    }
+
+    #[test]
+    fn declared_controllers_are_kept_per_provider() {
+        let mut r = Registry::new();
+        const FIREWALL: ControllerInfo = ControllerInfo {
+            name: "firewall-controller",
+            alias: "firewall",
+        };
+        r.declare_controllers("alpha", &[FIREWALL]);
+        assert_eq!(r.controllers_of("alpha"), [FIREWALL]);
+        assert!(r.controllers_of("zeta").is_empty());
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Starting the enabled controllers over shared informers, in deterministic order, and stopping them.
 
+use std::sync::Arc;
+
+use cloud_provider::ProviderController;
 use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -8,6 +11,7 @@ use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
+use crate::provider_controllers::provider_context;
 
 /// A constructed controller, ready to run.
 type Runner =
@@ -52,6 +56,27 @@ pub(crate) fn skip_reason(ctx: &ControllerContext, name: ControllerName) -> Opti
     }
 }
 
+/// A provider controller on the process' client and Service watch.
+fn build_provider(
+    ctx: &ControllerContext,
+    informers: &SharedInformers,
+    controller: Arc<dyn ProviderController>,
+) -> Runner {
+    let context = provider_context(ctx.client.clone(), informers);
+    let name = controller.info().name;
+    Box::new(move |token| {
+        Box::pin(async move {
+            controller
+                .run(context, token)
+                .await
+                .map_err(|err| ControllersError::Controller {
+                    name: name.to_string(),
+                    message: err.to_string(),
+                })
+        })
+    })
+}
+
 fn build(ctx: &ControllerContext, informers: &SharedInformers, name: ControllerName) -> Runner {
     match name {
         ControllerName::CloudNode => {
@@ -90,6 +115,18 @@ pub async fn run_controllers(
     enabled: &[ControllerName],
     shutdown: CancellationToken,
 ) -> Result<(), ControllersError> {
+    run_with_provider_controllers(ctx, enabled, Vec::new(), shutdown).await
+}
+
+/// [`run_controllers`], plus the provider's own controllers selected by `--controllers` (started after
+/// the standard ones, in the given order; one whose [`ProviderController::skip_reason`] says why it cannot
+/// run is not started).
+pub async fn run_with_provider_controllers(
+    ctx: ControllerContext,
+    enabled: &[ControllerName],
+    provider_controllers: Vec<Arc<dyn ProviderController>>,
+    shutdown: CancellationToken,
+) -> Result<(), ControllersError> {
     let informers = SharedInformers::new(ctx.client.clone());
     let mut runners = Vec::new();
     for name in ControllerName::ALL {
@@ -109,7 +146,15 @@ pub async fn run_controllers(
                 ctx.cloud.provider_name()
             )));
         }
-        runners.push((name, build(&ctx, &informers, name)));
+        runners.push((name.canonical(), build(&ctx, &informers, name)));
+    }
+    for controller in provider_controllers {
+        let name = controller.info().name;
+        if let Some(reason) = controller.skip_reason() {
+            tracing::info!(controller = name, %reason, "not starting controller");
+            continue;
+        }
+        runners.push((name, build_provider(&ctx, &informers, controller)));
     }
     let informer_token = shutdown.child_token();
     let informer_tasks = informers.start(&informer_token);
@@ -117,16 +162,16 @@ pub async fn run_controllers(
     let mut tasks = JoinSet::new();
     let mut names = std::collections::HashMap::new();
     for (name, runner) in runners {
-        let health = ctx.health.register(name.canonical());
+        let health = ctx.health.register(name);
         let health_for_panics = health.clone();
         let token = shutdown.child_token();
-        tracing::info!(controller = %name, "starting controller");
+        tracing::info!(controller = name, "starting controller");
         let handle = tasks.spawn(async move {
             let result = runner(token).await;
             match &result {
-                Ok(()) => tracing::info!(controller = %name, "controller stopped"),
+                Ok(()) => tracing::info!(controller = name, "controller stopped"),
                 Err(e) => {
-                    tracing::error!(controller = %name, error = %e, "controller failed");
+                    tracing::error!(controller = name, error = %e, "controller failed");
                     health.set_failed(e.to_string());
                 }
             }
@@ -145,7 +190,7 @@ pub async fn run_controllers(
                 let name = match names.get(&join_error.id()) {
                     Some((name, health)) => {
                         health.set_failed(message.clone());
-                        name.canonical()
+                        *name
                     }
                     None => "unknown",
                 };
