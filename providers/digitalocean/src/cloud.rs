@@ -6,10 +6,11 @@
 //! against `GET /v2/regions`. A failure there stops the controller manager with the reason.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use cloud_provider::{
     BoxError, CloudError, CloudProvider, InstancesV2, LoadBalancer as LoadBalancerCapability,
-    PvLabeler, Result,
+    ProviderController, PvLabeler, Result,
 };
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
@@ -18,6 +19,7 @@ use crate::api::{Account, Region};
 use crate::client::{ApiError, DoClient};
 use crate::config::DoConfig;
 use crate::droplets::{DropletDirectory, PROVIDER_NAME};
+use crate::firewall::FirewallController;
 use crate::metrics::ApiMetrics;
 
 /// The DigitalOcean cloud provider.
@@ -212,6 +214,14 @@ impl CloudProvider for DigitalOceanCloud {
 
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
         Some(self)
+    }
+
+    fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
+        vec![Arc::new(FirewallController::new(
+            self.client.clone(),
+            self.config.public_access_firewall.clone(),
+            self.config.default_lb_type,
+        ))]
     }
 
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {

@@ -14,6 +14,8 @@
 //! | `DO_CLUSTER_VPC_ID`     | `clusterVPCID`           | VPC UUID of new load balancers                        |
 //! | `DO_API_RATE_LIMIT_QPS` | `apiRateLimitQPS`        | client-side API rate limit (requests per second)      |
 //! | `DEFAULT_LB_TYPE`       | `defaultLBType`          | `REGIONAL` or `REGIONAL_NETWORK` (default)            |
+//! | `PUBLIC_ACCESS_FIREWALL_NAME` | `publicAccessFirewallName` | name of the public-access firewall (firewall controller) |
+//! | `PUBLIC_ACCESS_FIREWALL_TAGS` | `publicAccessFirewallTags` | its tags, comma-separated (both or neither)     |
 //! |                         | `metadataURL`            | metadata service base URL                             |
 //! |                         | `dropletCacheTTLSeconds` | how long the droplet list is trusted (default 30)     |
 //! |                         | `maxRetries`             | retries of a throttled or failed API call (default 5) |
@@ -52,6 +54,10 @@ pub const ENV_CLUSTER_VPC_ID: &str = "DO_CLUSTER_VPC_ID";
 pub const ENV_API_RATE_LIMIT_QPS: &str = "DO_API_RATE_LIMIT_QPS";
 /// Environment variable holding the default load-balancer type.
 pub const ENV_DEFAULT_LB_TYPE: &str = "DEFAULT_LB_TYPE";
+/// Environment variable naming the public-access firewall the firewall controller manages.
+pub const ENV_PUBLIC_ACCESS_FIREWALL_NAME: &str = "PUBLIC_ACCESS_FIREWALL_NAME";
+/// Environment variable holding the public-access firewall's tags (comma-separated).
+pub const ENV_PUBLIC_ACCESS_FIREWALL_TAGS: &str = "PUBLIC_ACCESS_FIREWALL_TAGS";
 
 /// The public DigitalOcean API.
 pub const DEFAULT_API_URL: &str = "https://api.digitalocean.com/";
@@ -161,6 +167,80 @@ impl FromStr for LbType {
     }
 }
 
+/// The public-access firewall the firewall controller keeps: it opens the cluster's NodePorts (and the
+/// ports of network load balancers) to the internet for the droplets carrying its tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicAccessFirewall {
+    /// The firewall's name (it is found by this name when its ID is not known).
+    pub name: String,
+    /// The tags the firewall applies to, in the configured order.
+    pub tags: Vec<String>,
+}
+
+impl PublicAccessFirewall {
+    /// The firewall of `name` and the comma-separated `tags`, both given or neither (`None`); refused,
+    /// naming the variable, when one is missing or either is not valid for the API.
+    fn from_settings(
+        name: Option<String>,
+        tags: Option<String>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let (name, tags) = match (name, tags) {
+            (None, None) => return Ok(None),
+            (Some(name), Some(tags)) => (name, tags),
+            (None, Some(_)) => return Err(required_with_firewall(ENV_PUBLIC_ACCESS_FIREWALL_NAME)),
+            (Some(_), None) => return Err(required_with_firewall(ENV_PUBLIC_ACCESS_FIREWALL_TAGS)),
+        };
+        if !is_firewall_name(&name) {
+            return Err(ConfigError::invalid(
+                ENV_PUBLIC_ACCESS_FIREWALL_NAME,
+                format!(
+                    "{name:?} is not a firewall name: it must start with a letter or digit and hold only \
+                     letters, digits, '.' and '-' (at most 255 characters)"
+                ),
+            ));
+        }
+        let tags: Vec<String> = tags.split(',').map(str::to_string).collect();
+        if let Some(bad) = tags.iter().find(|tag| !is_tag(tag)) {
+            return Err(ConfigError::invalid(
+                ENV_PUBLIC_ACCESS_FIREWALL_TAGS,
+                format!(
+                    "{bad:?} is not a tag: tags are comma-separated, non-empty, at most 255 letters, digits, \
+                     ':', '-' and '_'"
+                ),
+            ));
+        }
+        Ok(Some(PublicAccessFirewall { name, tags }))
+    }
+}
+
+fn required_with_firewall(variable: &str) -> ConfigError {
+    ConfigError::invalid(
+        variable,
+        format!(
+            "is required when managing the public-access firewall (set both \
+             {ENV_PUBLIC_ACCESS_FIREWALL_NAME} and {ENV_PUBLIC_ACCESS_FIREWALL_TAGS}, or neither)"
+        ),
+    )
+}
+
+/// A cloud firewall name as the API accepts it.
+fn is_firewall_name(name: &str) -> bool {
+    name.len() <= 255
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+}
+
+/// A tag as the API accepts it.
+fn is_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= 255
+        && tag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_'))
+}
+
 /// How API calls are retried.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
@@ -214,6 +294,8 @@ pub struct DoConfig {
     pub retry: RetryPolicy,
     /// Timeout of one API request.
     pub request_timeout: Duration,
+    /// The public-access firewall to manage; `None`: the firewall controller does not run.
+    pub public_access_firewall: Option<PublicAccessFirewall>,
 }
 
 /// The YAML cloud-config file.
@@ -238,6 +320,8 @@ struct FileConfig {
     droplet_cache_ttl_seconds: Option<u64>,
     max_retries: Option<u32>,
     request_timeout_seconds: Option<u64>,
+    public_access_firewall_name: Option<String>,
+    public_access_firewall_tags: Option<String>,
 }
 
 impl DoConfig {
@@ -257,6 +341,7 @@ impl DoConfig {
             droplet_miss_refresh_interval: DEFAULT_DROPLET_MISS_REFRESH_INTERVAL,
             retry: RetryPolicy::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            public_access_firewall: None,
         })
     }
 
@@ -334,6 +419,16 @@ impl DoConfig {
             }
             config.request_timeout = Duration::from_secs(secs);
         }
+        config.public_access_firewall = PublicAccessFirewall::from_settings(
+            pick(
+                ENV_PUBLIC_ACCESS_FIREWALL_NAME,
+                file.public_access_firewall_name.clone(),
+            ),
+            pick(
+                ENV_PUBLIC_ACCESS_FIREWALL_TAGS,
+                file.public_access_firewall_tags.clone(),
+            ),
+        )?;
         Ok(config)
     }
 
@@ -373,6 +468,68 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn public_access_firewall_needs_name_and_tags() {
+        let config = |pairs: &[(&str, &str)]| {
+            let mut all = vec![(ENV_ACCESS_TOKEN, "tok")];
+            all.extend_from_slice(pairs);
+            DoConfig::from_sources(None, env_of(&all))
+        };
+        assert_eq!(config(&[]).unwrap().public_access_firewall, None);
+        let both = config(&[
+            (ENV_PUBLIC_ACCESS_FIREWALL_NAME, "k8s-public-access-c1"),
+            (ENV_PUBLIC_ACCESS_FIREWALL_TAGS, "k8s:c1,k8s:worker"),
+        ])
+        .unwrap();
+        assert_eq!(
+            both.public_access_firewall,
+            Some(PublicAccessFirewall {
+                name: "k8s-public-access-c1".into(),
+                tags: vec!["k8s:c1".into(), "k8s:worker".into()],
+            })
+        );
+        let from_file = DoConfig::from_sources(
+            Some(b"accessToken: t\npublicAccessFirewallName: fw\npublicAccessFirewallTags: k8s\n"),
+            env_of(&[]),
+        )
+        .unwrap();
+        assert_eq!(from_file.public_access_firewall.unwrap().tags, ["k8s"]);
+        for (pairs, variable) in [
+            (
+                vec![(ENV_PUBLIC_ACCESS_FIREWALL_NAME, "fw")],
+                ENV_PUBLIC_ACCESS_FIREWALL_TAGS,
+            ),
+            (
+                vec![(ENV_PUBLIC_ACCESS_FIREWALL_TAGS, "k8s")],
+                ENV_PUBLIC_ACCESS_FIREWALL_NAME,
+            ),
+            (
+                vec![
+                    (ENV_PUBLIC_ACCESS_FIREWALL_NAME, "fw"),
+                    (ENV_PUBLIC_ACCESS_FIREWALL_TAGS, "a,,b"),
+                ],
+                ENV_PUBLIC_ACCESS_FIREWALL_TAGS,
+            ),
+            (
+                vec![
+                    (ENV_PUBLIC_ACCESS_FIREWALL_NAME, "fw"),
+                    (ENV_PUBLIC_ACCESS_FIREWALL_TAGS, "a, b"),
+                ],
+                ENV_PUBLIC_ACCESS_FIREWALL_TAGS,
+            ),
+            (
+                vec![
+                    (ENV_PUBLIC_ACCESS_FIREWALL_NAME, "my fw"),
+                    (ENV_PUBLIC_ACCESS_FIREWALL_TAGS, "k8s"),
+                ],
+                ENV_PUBLIC_ACCESS_FIREWALL_NAME,
+            ),
+        ] {
+            let err = config(&pairs).unwrap_err().to_string();
+            assert!(err.contains(variable), "{pairs:?}: {err}");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod client;
 pub mod cloud;
 pub mod config;
 pub mod droplets;
+pub mod firewall;
 pub mod instances;
 pub mod load_balancers;
 pub mod metrics;
@@ -47,16 +48,19 @@ use cloud_provider::{CloudProvider, Registry, RegistryError};
 
 pub use client::{ApiError, DoClient};
 pub use cloud::DigitalOceanCloud;
-pub use config::{AccessToken, ConfigError, DoConfig, LbType, RetryPolicy};
+pub use config::{AccessToken, ConfigError, DoConfig, LbType, PublicAccessFirewall, RetryPolicy};
 pub use droplets::{PROVIDER_NAME, droplet_id_from_provider_id, provider_id_of};
 pub use metrics::ApiMetrics;
 
-/// Registers the DigitalOcean provider under the name `digitalocean`, or fails if that name is taken.
+/// Registers the DigitalOcean provider under the name `digitalocean`, with its `firewall-controller`, or
+/// fails if that name is taken.
 pub fn try_register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register_fn(PROVIDER_NAME, |config| {
         let cloud = DigitalOceanCloud::from_cloud_config(config)?;
         Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
-    })
+    })?;
+    registry.declare_controllers(PROVIDER_NAME, &[firewall::FIREWALL_CONTROLLER]);
+    Ok(())
 }
 
 /// Registers the DigitalOcean provider under the name `digitalocean`.

@@ -18,14 +18,14 @@ const MAX_PER_PAGE: usize = 200;
 const ENTRY_PROTOCOLS: [&str; 6] = ["http", "https", "http2", "http3", "tcp", "udp"];
 
 /// An answer before headers are added.
-struct Answer {
+pub(super) struct Answer {
     status: StatusCode,
     body: Option<Value>,
     extra: Vec<(&'static str, String)>,
 }
 
 impl Answer {
-    fn json(status: StatusCode, body: Value) -> Self {
+    pub(super) fn json(status: StatusCode, body: Value) -> Self {
         Answer {
             status,
             body: Some(body),
@@ -33,7 +33,7 @@ impl Answer {
         }
     }
 
-    fn empty(status: StatusCode) -> Self {
+    pub(super) fn empty(status: StatusCode) -> Self {
         Answer {
             status,
             body: None,
@@ -41,11 +41,11 @@ impl Answer {
         }
     }
 
-    fn error(status: StatusCode, id: &str, message: impl Into<String>) -> Self {
+    pub(super) fn error(status: StatusCode, id: &str, message: impl Into<String>) -> Self {
         Answer::json(status, json!({"id": id, "message": message.into()}))
     }
 
-    fn not_found() -> Self {
+    pub(super) fn not_found() -> Self {
         Answer::error(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -53,7 +53,7 @@ impl Answer {
         )
     }
 
-    fn unprocessable(message: impl Into<String>) -> Self {
+    pub(super) fn unprocessable(message: impl Into<String>) -> Self {
         Answer::error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unprocessable_entity",
@@ -299,6 +299,9 @@ fn route(
             Some(v) => Answer::json(StatusCode::OK, json!({"volume": v})),
             None => Answer::not_found(),
         },
+        (_, ["v2", "firewalls", rest @ ..]) => {
+            super::firewalls::route(st, method.as_str(), path, rest, query, body)
+        }
         (
             _,
             [
@@ -315,7 +318,7 @@ fn route(
     }
 }
 
-fn paginate(
+pub(super) fn paginate(
     st: &State,
     path: &str,
     query: &BTreeMap<String, String>,
@@ -573,7 +576,7 @@ pub(crate) fn new_load_balancer(st: &mut State, body: Value) -> Value {
     lb
 }
 
-fn parse_body(body: &[u8]) -> Result<Value, Answer> {
+pub(super) fn parse_body(body: &[u8]) -> Result<Value, Answer> {
     serde_json::from_slice(body).map_err(|e| {
         Answer::error(
             StatusCode::BAD_REQUEST,

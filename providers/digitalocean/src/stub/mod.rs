@@ -11,7 +11,8 @@
 //!
 //! Load balancers are validated like the API does (names, regions, protocols, ports, certificates,
 //! droplets, immutable type) and get an ID, an IP address and a status: `active` at once, or `new` until
-//! they have been read a configured number of times ([`DoStubBuilder::activate_after_reads`]).
+//! they have been read a configured number of times ([`DoStubBuilder::activate_after_reads`]). Cloud
+//! firewalls are kept and validated too (create, get, list, update, delete, tags).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -30,6 +31,7 @@
 //! # }
 //! ```
 
+mod firewalls;
 mod handlers;
 
 use std::collections::BTreeMap;
@@ -222,6 +224,7 @@ pub(crate) struct State {
     pub(crate) counter: u64,
     pub(crate) certificates: BTreeMap<String, Value>,
     pub(crate) volumes: BTreeMap<String, Value>,
+    pub(crate) firewalls: BTreeMap<String, Value>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) requests: Vec<RecordedRequest>,
     pub(crate) rate: RateWindow,
@@ -335,6 +338,7 @@ impl DoStubBuilder {
             counter: 0,
             certificates: BTreeMap::new(),
             volumes: BTreeMap::new(),
+            firewalls: BTreeMap::new(),
             faults: Vec::new(),
             requests: Vec::new(),
             rate: RateWindow {
@@ -576,6 +580,38 @@ impl DoStub {
         match self.state.lock().load_balancers.get_mut(id) {
             Some(lb) => {
                 edit(&mut lb.value);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every cloud firewall, in creation order.
+    pub fn firewalls(&self) -> Vec<Value> {
+        self.state.lock().firewalls.values().cloned().collect()
+    }
+
+    /// Creates a firewall directly (as if made outside the cluster, or by another controller manager);
+    /// `request` is a create request body, not validated. Returns its ID.
+    pub fn insert_firewall(&self, request: Value) -> String {
+        let mut st = self.state.lock();
+        let id = uuid_like(st.next_id());
+        let mut firewall = firewalls::new_firewall(&id, &request);
+        firewall["status"] = json!("succeeded");
+        st.firewalls.insert(id.clone(), firewall);
+        id
+    }
+
+    /// Deletes a firewall directly (out of band); false when absent.
+    pub fn remove_firewall(&self, id: &str) -> bool {
+        self.state.lock().firewalls.remove(id).is_some()
+    }
+
+    /// Edits a firewall in place (out-of-band drift); false when absent.
+    pub fn modify_firewall(&self, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
+        match self.state.lock().firewalls.get_mut(id) {
+            Some(firewall) => {
+                edit(firewall);
                 true
             }
             None => false,
