@@ -500,6 +500,38 @@ async fn keeps_a_renewed_lets_encrypt_certificate() {
         stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
         old.as_str()
     );
+
+    // So is a Let's Encrypt certificate of another name (not a renewal of the annotated one).
+    let other_le = stub.add_certificate("other-le", "lets_encrypt");
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(other_le)
+    });
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
+        old.as_str()
+    );
+
+    // When the annotated certificate no longer exists, the load balancer's Let's Encrypt one is kept.
+    let gone = "00000000-0000-4000-8000-00000000dead";
+    let svc = lb_service(
+        "web",
+        UID,
+        &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_ID, gone)],
+    );
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(renewed)
+    });
+    stub.clear_requests();
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 0);
+    assert_eq!(stub.count("GET", &format!("/v2/certificates/{gone}")), 1);
 }
 
 #[tokio::test]
@@ -765,6 +797,50 @@ async fn writes_the_id_type_and_renewed_certificate_back_to_the_service() {
         tls.metadata.annotations.unwrap()[ANN_CERTIFICATE_ID],
         renewed
     );
+    apiserver.shutdown().await;
+}
+
+#[tokio::test]
+async fn node_and_stack_conflicts_are_also_reported_as_load_balancer_config_error_events() {
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    cloud.set_kube_client(client.clone());
+    let svc = create_service(
+        &client,
+        &lb_service(
+            "web",
+            UID,
+            &[(ANN_NETWORK, "INTERNAL"), (ANN_NETWORK_STACK, "DUALSTACK")],
+        ),
+    )
+    .await;
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("internal load balancer"), "{err}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
+    let listed = events.list(&Default::default()).await.unwrap().items;
+    let event = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("LoadBalancerConfigError"))
+        .unwrap_or_else(|| panic!("no LoadBalancerConfigError event in {listed:?}"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.involved_object.name.as_deref(), Some("web"));
+    assert_eq!(event.involved_object.uid, svc.metadata.uid);
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(ANN_NETWORK_STACK))
+    );
+    assert_eq!(writes(&stub), 0);
     apiserver.shutdown().await;
 }
 
