@@ -78,7 +78,7 @@ pub fn differences(request: &LoadBalancerRequest, lb: &LoadBalancer) -> Vec<Diff
     }
     d.check(
         "type",
-        lb.type_.as_deref().unwrap_or(DEFAULT_TYPE),
+        answer_or(&lb.type_, DEFAULT_TYPE),
         or_default(&request.type_, DEFAULT_TYPE),
     );
     d.check("size", effective_size_of_lb(lb), effective_size(request));
@@ -118,6 +118,7 @@ pub fn differences(request: &LoadBalancerRequest, lb: &LoadBalancer) -> Vec<Diff
     d.check(
         "http_idle_timeout_seconds",
         lb.http_idle_timeout_seconds
+            .filter(|t| *t > 0)
             .unwrap_or(DEFAULT_HTTP_IDLE_TIMEOUT_SECONDS),
         request
             .http_idle_timeout_seconds
@@ -136,12 +137,12 @@ pub fn differences(request: &LoadBalancerRequest, lb: &LoadBalancer) -> Vec<Diff
     );
     d.check(
         "network",
-        lb.network.as_deref().unwrap_or(NETWORK_EXTERNAL),
+        answer_or(&lb.network, NETWORK_EXTERNAL),
         or_default(&request.network, NETWORK_EXTERNAL),
     );
     d.check(
         "network_stack",
-        lb.network_stack.as_deref().unwrap_or(NETWORK_STACK_IPV4),
+        answer_or(&lb.network_stack, NETWORK_STACK_IPV4),
         or_default(&request.network_stack, NETWORK_STACK_IPV4),
     );
     if !request.vpc_uuid.is_empty() {
@@ -160,12 +161,15 @@ pub fn differences(request: &LoadBalancerRequest, lb: &LoadBalancer) -> Vec<Diff
     }
     d.check(
         "tls_cipher_policy",
-        lb.tls_cipher_policy
-            .as_deref()
-            .unwrap_or(DEFAULT_TLS_CIPHER_POLICY),
+        answer_or(&lb.tls_cipher_policy, DEFAULT_TLS_CIPHER_POLICY),
         DEFAULT_TLS_CIPHER_POLICY,
     );
     d.0
+}
+
+/// A string field of the API's answer, `default` when absent or empty.
+fn answer_or<'a>(value: &'a Option<String>, default: &'a str) -> &'a str {
+    or_default(value.as_deref().unwrap_or_default(), default)
 }
 
 fn or_default<'a>(value: &'a str, default: &'a str) -> &'a str {
@@ -425,6 +429,16 @@ mod tests {
             ..answered()
         };
         assert!(differences(&request(), &sparse).is_empty());
+        // ... or answer them empty.
+        let empty = LoadBalancer {
+            size: Some(String::new()),
+            size_unit: Some(0),
+            http_idle_timeout_seconds: Some(0),
+            network: Some(String::new()),
+            tls_cipher_policy: Some(String::new()),
+            ..answered()
+        };
+        assert!(differences(&request(), &empty).is_empty());
     }
 
     #[test]
