@@ -92,72 +92,102 @@ impl Droplet {
     }
 }
 
-/// A forwarding rule of a load balancer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `skip_serializing_if` helper: Go's `omitempty` for integers.
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// `skip_serializing_if` helper: Go's `omitempty` for booleans.
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
+/// A forwarding rule of a load balancer. Serialized like godo's `ForwardingRule` (zero values omitted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ForwardingRule {
     /// `tcp`, `udp`, `http`, `https`, `http2` or `http3`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub entry_protocol: String,
     /// The port clients connect to.
+    #[serde(skip_serializing_if = "is_zero")]
     pub entry_port: u16,
     /// The protocol spoken to the droplets.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub target_protocol: String,
     /// The droplet port.
+    #[serde(skip_serializing_if = "is_zero")]
     pub target_port: u16,
     /// The certificate terminating TLS, when the rule does.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub certificate_id: String,
     /// Whether TLS passes through to the droplets.
+    #[serde(skip_serializing_if = "is_false")]
     pub tls_passthrough: bool,
 }
 
-/// A load balancer's health check.
+/// A load balancer's health check. Serialized like godo's `HealthCheck` (zero values omitted; the API
+/// then applies its defaults). The integers are Go `int`s parsed from annotations: the API validates them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HealthCheck {
     /// `tcp`, `http` or `https`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub protocol: String,
     /// The droplet port checked.
-    pub port: u16,
-    /// The HTTP path (empty for tcp).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub port: i64,
+    /// The HTTP path.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub path: String,
     /// Seconds between checks.
-    pub check_interval_seconds: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub check_interval_seconds: i64,
     /// Seconds to wait for an answer.
-    pub response_timeout_seconds: u32,
-    /// Failures before a droplet is taken out.
-    pub unhealthy_threshold: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub response_timeout_seconds: i64,
     /// Successes before a droplet is put back.
-    pub healthy_threshold: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub healthy_threshold: i64,
+    /// Failures before a droplet is taken out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unhealthy_threshold: i64,
+    /// Whether the check speaks the PROXY protocol; absent = as the load balancer's
+    /// `enable_proxy_protocol`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<bool>,
 }
 
-/// Sticky-session settings.
+/// Sticky-session settings. Serialized like godo's `StickySessions` (zero values omitted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StickySessions {
     /// `none` or `cookies`.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
     pub type_: String,
     /// The cookie name, for `cookies`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cookie_name: Option<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cookie_name: String,
     /// The cookie lifetime, for `cookies`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cookie_ttl_seconds: Option<u32>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cookie_ttl_seconds: i64,
 }
 
-/// The load balancer's own firewall: `ip:<addr>` and `cidr:<net>` rules.
+/// The load balancer's own firewall: `ip:<addr>` and `cidr:<net>` rules. Serialized like godo's
+/// `LBFirewall` (empty lists omitted, so no rules at all is `{}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LbFirewall {
     /// Sources allowed (empty = everyone).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
     /// Sources denied.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
 }
 
-/// A load balancer (`{"load_balancer": {...}}`).
+/// A load balancer (`{"load_balancer": {...}}`), as the API answers. Fields the API may leave out are
+/// `Option`s; [`crate::lb_diff`] knows the API's defaults for them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LoadBalancer {
@@ -178,6 +208,8 @@ pub struct LoadBalancer {
     pub size: Option<String>,
     /// The size in nodes.
     pub size_unit: Option<u32>,
+    /// The (deprecated, ignored) balancing algorithm.
+    pub algorithm: Option<String>,
     /// The region.
     pub region: Region,
     /// The forwarding rules.
@@ -188,8 +220,20 @@ pub struct LoadBalancer {
     pub sticky_sessions: Option<StickySessions>,
     /// The backend droplets.
     pub droplet_ids: Vec<u64>,
+    /// The droplet tag selecting the backends (instead of `droplet_ids`).
+    pub tag: Option<String>,
     /// The tags.
     pub tags: Vec<String>,
+    /// Redirect HTTP to HTTPS.
+    pub redirect_http_to_https: bool,
+    /// PROXY protocol to the droplets.
+    pub enable_proxy_protocol: bool,
+    /// HTTP keepalive to the droplets.
+    pub enable_backend_keepalive: bool,
+    /// Idle timeout of HTTP connections.
+    pub http_idle_timeout_seconds: Option<u64>,
+    /// No DNS records for Let's Encrypt certificates.
+    pub disable_lets_encrypt_dns_records: Option<bool>,
     /// `EXTERNAL` or `INTERNAL`.
     pub network: Option<String>,
     /// `IPV4` or `DUALSTACK`.
@@ -198,6 +242,10 @@ pub struct LoadBalancer {
     pub firewall: Option<LbFirewall>,
     /// The VPC UUID.
     pub vpc_uuid: Option<String>,
+    /// The VPC subnet UUID.
+    pub subnet_uuid: Option<String>,
+    /// `DEFAULT` or `STRONG`.
+    pub tls_cipher_policy: Option<String>,
 }
 
 /// Load-balancer status while it is being provisioned.
@@ -205,58 +253,73 @@ pub const LB_STATUS_NEW: &str = "new";
 /// Load-balancer status when it serves traffic.
 pub const LB_STATUS_ACTIVE: &str = "active";
 
-/// The body of `POST /v2/load_balancers` and `PUT /v2/load_balancers/{id}`.
+/// The body of `POST /v2/load_balancers` and `PUT /v2/load_balancers/{id}`: the fields upstream's
+/// `godo.LoadBalancerRequest` carries, serialized with the same names and the same omissions (Go's
+/// `omitempty`), so the API sees the same body from both controllers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LoadBalancerRequest {
     /// The name.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The (deprecated, ignored) algorithm: `round_robin` or `least_connections`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub algorithm: String,
     /// The region slug.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub region: String,
-    /// `REGIONAL` or `REGIONAL_NETWORK`.
-    #[serde(rename = "type")]
-    pub type_: String,
     /// The size slug.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size: Option<String>,
-    /// The size in nodes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size_unit: Option<u32>,
-    /// `EXTERNAL` or `INTERNAL`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<String>,
-    /// `IPV4` or `DUALSTACK`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network_stack: Option<String>,
-    /// A reserved IPv4 address to create the load balancer with (create only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ip: Option<String>,
+    #[serde(rename = "size", skip_serializing_if = "String::is_empty")]
+    pub size_slug: String,
+    /// The size in nodes (0 = not set).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub size_unit: u32,
+    /// `REGIONAL` or `REGIONAL_NETWORK`.
+    #[serde(rename = "type", skip_serializing_if = "String::is_empty")]
+    pub type_: String,
     /// The forwarding rules.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub forwarding_rules: Vec<ForwardingRule>,
     /// The health check.
     pub health_check: HealthCheck,
     /// Sticky sessions.
     pub sticky_sessions: StickySessions,
-    /// Redirect HTTP to HTTPS.
-    pub redirect_http_to_https: bool,
-    /// Send the PROXY protocol header to droplets.
-    pub enable_proxy_protocol: bool,
-    /// Keep HTTP connections to droplets alive.
-    pub enable_backend_keepalive: bool,
-    /// Idle timeout of HTTP connections.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_idle_timeout_seconds: Option<u32>,
-    /// Do not create DNS records for Let's Encrypt certificates.
-    pub disable_lets_encrypt_dns_records: bool,
-    /// The firewall (always sent, so removed rules are removed).
-    pub firewall: LbFirewall,
-    /// The VPC UUID.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vpc_uuid: Option<String>,
     /// The backend droplets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub droplet_ids: Vec<u64>,
     /// Tags (`k8s:<cluster ID>`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// Redirect HTTP to HTTPS.
+    #[serde(skip_serializing_if = "is_false")]
+    pub redirect_http_to_https: bool,
+    /// Send the PROXY protocol header to droplets.
+    #[serde(skip_serializing_if = "is_false")]
+    pub enable_proxy_protocol: bool,
+    /// Keep HTTP connections to droplets alive.
+    #[serde(skip_serializing_if = "is_false")]
+    pub enable_backend_keepalive: bool,
+    /// The VPC UUID.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub vpc_uuid: String,
+    /// Do not create DNS records for Let's Encrypt certificates (always sent).
+    pub disable_lets_encrypt_dns_records: bool,
+    /// Idle timeout of HTTP connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_idle_timeout_seconds: Option<u64>,
+    /// The firewall (always sent, so removed rules are removed).
+    pub firewall: LbFirewall,
+    /// `EXTERNAL` or `INTERNAL`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub network: String,
+    /// `IPV4` or `DUALSTACK`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub network_stack: String,
+    /// A reserved (BYOIP) address to create the load balancer with (creation only).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    /// The VPC subnet UUID.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subnet_uuid: String,
 }
 
 /// A TLS certificate (`{"certificate": {...}}`).
@@ -370,9 +433,10 @@ mod tests {
     }
 
     #[test]
-    fn request_omits_unset_fields() {
+    fn request_omits_what_go_omits() {
         let req = LoadBalancerRequest {
             name: "a1".into(),
+            algorithm: "round_robin".into(),
             region: "nyc3".into(),
             type_: "REGIONAL".into(),
             forwarding_rules: vec![ForwardingRule {
@@ -382,14 +446,34 @@ mod tests {
                 target_port: 30080,
                 ..Default::default()
             }],
+            health_check: HealthCheck {
+                protocol: "http".into(),
+                port: 10256,
+                path: "/healthz".into(),
+                check_interval_seconds: 3,
+                proxy_protocol: Some(false),
+                ..Default::default()
+            },
+            sticky_sessions: StickySessions {
+                type_: "none".into(),
+                ..Default::default()
+            },
+            network: "EXTERNAL".into(),
+            network_stack: "IPV4".into(),
             ..Default::default()
         };
         let v = serde_json::to_value(&req).unwrap();
-        assert_eq!(v["type"], "REGIONAL");
-        assert!(v.get("size").is_none());
-        assert!(v.get("ip").is_none());
-        assert!(v.get("tags").is_none());
-        assert!(v["forwarding_rules"][0].get("certificate_id").is_none());
-        assert_eq!(v["firewall"], json!({"allow": [], "deny": []}));
+        assert_eq!(
+            v,
+            json!({
+                "name": "a1", "algorithm": "round_robin", "region": "nyc3", "type": "REGIONAL",
+                "forwarding_rules": [{"entry_protocol": "tcp", "entry_port": 80, "target_protocol": "tcp", "target_port": 30080}],
+                "health_check": {"protocol": "http", "port": 10256, "path": "/healthz", "check_interval_seconds": 3, "proxy_protocol": false},
+                "sticky_sessions": {"type": "none"},
+                "disable_lets_encrypt_dns_records": false,
+                "firewall": {},
+                "network": "EXTERNAL", "network_stack": "IPV4"
+            })
+        );
     }
 }

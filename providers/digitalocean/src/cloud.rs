@@ -90,6 +90,11 @@ impl DigitalOceanCloud {
         *self.kube.write() = Some(client);
     }
 
+    /// The Kubernetes client, once set.
+    pub(crate) fn kube_client(&self) -> Option<kube::Client> {
+        self.kube.read().clone()
+    }
+
     /// The API checks of start-up: the token works and the account is not locked; the region exists
     /// (read from the metadata service when not configured). Idempotent.
     pub async fn prepare(&self) -> Result<()> {

@@ -13,7 +13,7 @@
 //! | `DO_CLUSTER_ID`         | `clusterID`              | cluster ID: load balancers get the tag `k8s:<id>`     |
 //! | `DO_CLUSTER_VPC_ID`     | `clusterVPCID`           | VPC UUID of new load balancers                        |
 //! | `DO_API_RATE_LIMIT_QPS` | `apiRateLimitQPS`        | client-side API rate limit (requests per second)      |
-//! | `DEFAULT_LB_TYPE`       | `defaultLBType`          | `REGIONAL` or `REGIONAL_NETWORK` (default)            |
+//! | `DEFAULT_LB_TYPE`       | `defaultLBType`          | `REGIONAL` or `REGIONAL_NETWORK` (default; any other value, as upstream) |
 //! | `PUBLIC_ACCESS_FIREWALL_NAME` | `publicAccessFirewallName` | name of the public-access firewall (firewall controller) |
 //! | `PUBLIC_ACCESS_FIREWALL_TAGS` | `publicAccessFirewallTags` | its tags, comma-separated (both or neither)     |
 //! |                         | `metadataURL`            | metadata service base URL                             |
@@ -153,11 +153,12 @@ impl fmt::Display for LbType {
     }
 }
 
+/// The API spellings only, as upstream compares them (case-sensitive).
 impl FromStr for LbType {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_uppercase().as_str() {
+        match s {
             "REGIONAL" => Ok(LbType::Regional),
             "REGIONAL_NETWORK" => Ok(LbType::RegionalNetwork),
             other => Err(format!(
@@ -397,9 +398,11 @@ impl DoConfig {
         };
 
         if let Some(raw) = pick(ENV_DEFAULT_LB_TYPE, file.default_lb_type.clone()) {
-            config.default_lb_type = raw
-                .parse()
-                .map_err(|m: String| ConfigError::invalid(ENV_DEFAULT_LB_TYPE, m))?;
+            // As upstream: anything but the exact spellings leaves the default.
+            config.default_lb_type = raw.trim().parse().unwrap_or_else(|why: String| {
+                tracing::warn!(setting = ENV_DEFAULT_LB_TYPE, %why, "using REGIONAL_NETWORK");
+                LbType::RegionalNetwork
+            });
         }
         if let Some(raw) = file.metadata_url.as_deref() {
             config.metadata_url = base_url("metadataURL", raw)?;
@@ -543,7 +546,7 @@ mod tests {
                 (ENV_CLUSTER_ID, "c1"),
                 (ENV_CLUSTER_VPC_ID, "vpc-1"),
                 (ENV_API_RATE_LIMIT_QPS, "2.5"),
-                (ENV_DEFAULT_LB_TYPE, "regional"),
+                (ENV_DEFAULT_LB_TYPE, "REGIONAL"),
             ]),
         )
         .unwrap();
@@ -621,7 +624,6 @@ requestTimeoutSeconds: 3
         let cases = [
             ((ENV_API_RATE_LIMIT_QPS, "fast"), ENV_API_RATE_LIMIT_QPS),
             ((ENV_API_RATE_LIMIT_QPS, "-1"), ENV_API_RATE_LIMIT_QPS),
-            ((ENV_DEFAULT_LB_TYPE, "GLOBAL"), ENV_DEFAULT_LB_TYPE),
             ((ENV_OVERRIDE_URL, "ftp://x"), ENV_OVERRIDE_URL),
             ((ENV_OVERRIDE_URL, "::nope"), ENV_OVERRIDE_URL),
         ];
@@ -669,10 +671,23 @@ requestTimeoutSeconds: 3
     fn lb_type_parsing() {
         assert_eq!("REGIONAL".parse::<LbType>(), Ok(LbType::Regional));
         assert_eq!(
-            " regional_network ".parse::<LbType>(),
+            "REGIONAL_NETWORK".parse::<LbType>(),
             Ok(LbType::RegionalNetwork)
         );
+        assert!("regional".parse::<LbType>().is_err());
         assert!("GLOBAL".parse::<LbType>().is_err());
         assert_eq!(LbType::RegionalNetwork.to_string(), "REGIONAL_NETWORK");
+    }
+
+    #[test]
+    fn unknown_default_types_fall_back_to_regional_network_as_upstream() {
+        for raw in ["regional", "GLOBAL", "Regional"] {
+            let cfg = DoConfig::from_sources(
+                None,
+                env_of(&[(ENV_ACCESS_TOKEN, "t"), (ENV_DEFAULT_LB_TYPE, raw)]),
+            )
+            .unwrap();
+            assert_eq!(cfg.default_lb_type, LbType::RegionalNetwork, "{raw}");
+        }
     }
 }

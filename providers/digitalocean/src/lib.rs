@@ -5,13 +5,15 @@
 //!   `digitalocean://<droplet id>`, addresses, size and region, existence and shutdown, with bulk lookups
 //!   served from one cached droplet list ([`droplets`]).
 //! - [`LoadBalancer`](cloud_provider::LoadBalancer) ([`load_balancers`]) configured by the
-//!   `service.beta.kubernetes.io/do-loadbalancer-*` annotations ([`annotations`]).
+//!   `service.beta.kubernetes.io/do-loadbalancer-*` annotations ([`annotations`]), a drop-in replacement
+//!   for the upstream DigitalOcean cloud-controller-manager's: the same request bodies ([`lb_spec`], over
+//!   the same nodes, [`lb_nodes`]), sent only when the load balancer differs from them ([`lb_diff`]).
 //! - [`PvLabeler`](cloud_provider::PvLabeler) for DigitalOcean block-storage volumes ([`volumes`]).
 //!
 //! Beyond the upstream DigitalOcean cloud-controller-manager: a droplet cache so node checks cost O(1) API
 //! calls per period, retries with backoff on 429 and 5xx honouring `Retry-After` / `RateLimit-Reset`,
 //! `per_page=200` pagination, a client-side rate limit, API call metrics ([`metrics`]), `ipMode: Proxy`
-//! for load balancers that terminate traffic, and no certificate churn with Let's Encrypt.
+//! for load balancers that terminate traffic, and no load-balancer write when nothing changed.
 //!
 //! Configuration: environment variables and/or a YAML `--cloud-config` file, see [`config`]. With the
 //! `test-support` feature, [`stub`] is a stateful in-process stub of the DigitalOcean API.
@@ -35,6 +37,9 @@ pub mod config;
 pub mod droplets;
 pub mod firewall;
 pub mod instances;
+pub mod lb_diff;
+pub mod lb_nodes;
+pub mod lb_spec;
 pub mod load_balancers;
 pub mod metrics;
 pub mod ratelimit;

@@ -1,18 +1,26 @@
-//! The LoadBalancer capability: DigitalOcean load balancers for `type: LoadBalancer` Services.
+//! The LoadBalancer capability: DigitalOcean load balancers for `type: LoadBalancer` Services, managed as
+//! the upstream DigitalOcean cloud-controller-manager (v0.1.68) manages them.
 //!
-//! - Lookup: by the `kubernetes.digitalocean.com/load-balancer-id` annotation (`GET /v2/load_balancers/{id}`),
-//!   else by name in the list. Pre-setting the annotation adopts an existing load balancer (it is renamed
-//!   and reconfigured to match the Service).
-//! - Ensure: validate the Service ([`parse_service`]), map nodes to droplet IDs, resolve the certificate,
-//!   then a full `PUT /v2/load_balancers/{id}` or a `POST /v2/load_balancers`. The load balancer's UUID and
-//!   type are written back to the Service annotations. Status `new` asks the controller to retry in 15 s;
-//!   any other status but `active` is an error (the controller backs off).
-//! - The type comes from the `do-loadbalancer-type` annotation, else the existing load balancer, else
-//!   `DEFAULT_LB_TYPE`; an existing load balancer's type is never changed.
-//! - Certificates: `certificate-name` is resolved to its current UUID on every sync. With `certificate-id`,
-//!   when the load balancer already uses a different certificate of type `lets_encrypt` (DigitalOcean renewed
-//!   it), that one is kept and the annotation updated, instead of reverting to the expired UUID.
-//! - Disowned Services (`service.kubernetes.io/do-loadbalancer-disown: "true"`) are never mutated.
+//! - Lookup: by the `kubernetes.digitalocean.com/load-balancer-id` annotation (`GET
+//!   /v2/load_balancers/{id}`), else by name in the list: the custom name, then the default one (so
+//!   setting a custom name renames the existing load balancer). Unlike upstream, a stale ID falls back to
+//!   the name lookup instead of creating a second load balancer.
+//! - Ensure: the Service is validated with its own type (the `type` annotation, else `DEFAULT_LB_TYPE`);
+//!   an existing load balancer keeps its type (the annotation is overwritten with it, as upstream does),
+//!   a missing one is created (`POST /v2/load_balancers`). The request is built field by field as upstream
+//!   builds it ([`crate::lb_spec`]); an existing load balancer is updated with a full `PUT` only when it
+//!   differs from what that `PUT` would leave ([`crate::lb_diff`]), where upstream updates on every sync.
+//! - The load balancer's UUID and type are written back to the Service annotations (even when the update
+//!   then fails, as upstream does). Status `new` asks the controller to retry in 15 s; any other status
+//!   but `active` is an error.
+//! - Certificates: when the load balancer carries another certificate than the Service names, and it is
+//!   a Let's Encrypt certificate with the same name (DigitalOcean renewed it), the load balancer keeps it
+//!   and the `certificate-id` annotation is updated to it.
+//! - Backends: the droplets of the nodes that may back the load balancer ([`crate::lb_nodes`]), by
+//!   provider ID, else by droplet name or address; an invalid provider ID fails the sync. Unlike upstream,
+//!   a sync where no node maps to a droplet fails instead of emptying the load balancer.
+//! - Disowned Services (`service.kubernetes.io/do-loadbalancer-disown: "true"`) are never mutated;
+//!   ensuring one reports the Service's current status.
 //! - Delete: by ID, else by name; absent or 404 is success.
 
 use std::collections::BTreeMap;
@@ -22,24 +30,44 @@ use cloud_provider::{CloudError, LoadBalancer as LoadBalancerCapability, Result}
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use crate::annotations::{
-    ANN_CERTIFICATE_ID, ANN_LOAD_BALANCER_ID, ANN_TYPE, CertificateRef, LbSettings,
-    ServiceConfigError, annotated_type, hostname, is_disowned, load_balancer_id,
-    load_balancer_name, parse_service,
+    ANN_CERTIFICATE_ID, ANN_LOAD_BALANCER_ID, ANN_TYPE, ServiceConfigError, certificate_id,
+    certificate_name, hostname, is_disowned, lb_type, load_balancer_id, load_balancer_name,
+    load_balancer_name_candidates, network, parse_lb_type, reserved_ip,
 };
 use crate::api::{
-    CERTIFICATE_TYPE_LETS_ENCRYPT, Certificate, LB_STATUS_ACTIVE, LB_STATUS_NEW, LoadBalancer,
-    LoadBalancerRequest,
+    CERTIFICATE_TYPE_LETS_ENCRYPT, Certificate, Droplet, LB_STATUS_ACTIVE, LB_STATUS_NEW,
+    LoadBalancer, LoadBalancerRequest,
 };
+use crate::client::ApiError;
 use crate::cloud::DigitalOceanCloud;
 use crate::config::LbType;
-use crate::droplets::{DropletRef, PROVIDER_NAME, droplet_ref_of};
+use crate::droplets::{DropletRef, PROVIDER_NAME, droplet_id_from_provider_id};
+use crate::lb_diff::differences;
+use crate::lb_nodes::select_nodes;
+use crate::lb_spec::{LbSpec, Placement, SpecError, build_spec};
 
 /// How long the controller waits before checking a load balancer that is still being created.
 pub const NEW_LOAD_BALANCER_RETRY: Duration = Duration::from_secs(15);
+/// The reason of the Warning events upstream adds for node and network-stack conflicts.
+pub const REASON_LOAD_BALANCER_CONFIG_ERROR: &str = "LoadBalancerConfigError";
 
 impl From<ServiceConfigError> for CloudError {
     fn from(err: ServiceConfigError) -> Self {
         CloudError::provider(err.to_string())
+    }
+}
+
+impl From<SpecError> for CloudError {
+    fn from(err: SpecError) -> Self {
+        CloudError::provider(err.to_string())
+    }
+}
+
+/// An API error with what was being done; rate limits stay retries for the controller.
+fn api_error(context: impl Into<String>) -> impl FnOnce(ApiError) -> CloudError {
+    move |e| match e {
+        ApiError::RateLimited { .. } => e.into(),
+        other => CloudError::provider_with(context, other),
     }
 }
 
@@ -49,6 +77,19 @@ fn service_key(service: &Service) -> String {
         service.metadata.namespace.as_deref().unwrap_or("default"),
         service.metadata.name.as_deref().unwrap_or("")
     )
+}
+
+/// Whether a load balancer terminates traffic in-cluster clients must not bypass: it terminates HTTP or
+/// TLS, or sends the PROXY protocol header.
+pub fn proxies_traffic(lb: &LoadBalancer) -> bool {
+    lb.enable_proxy_protocol
+        || lb.forwarding_rules.iter().any(|r| {
+            !r.tls_passthrough
+                && matches!(
+                    r.entry_protocol.as_str(),
+                    "http" | "https" | "http2" | "http3"
+                )
+        })
 }
 
 /// The ingress of an active load balancer: the hostname annotation when set, else its IPv4 (and IPv6)
@@ -79,11 +120,7 @@ pub fn ingress_of(
 }
 
 /// The status to report for an ensured load balancer, or the error asking to wait.
-pub fn ensured_status(
-    lb: &LoadBalancer,
-    hostname: Option<&str>,
-    proxied: bool,
-) -> Result<LoadBalancerStatus> {
+pub fn ensured_status(lb: &LoadBalancer, hostname: Option<&str>) -> Result<LoadBalancerStatus> {
     match lb.status.as_str() {
         LB_STATUS_ACTIVE => {}
         LB_STATUS_NEW => {
@@ -94,12 +131,12 @@ pub fn ensured_status(
         }
         other => {
             return Err(CloudError::provider(format!(
-                "load balancer {} ({}) is not active (status {other:?})",
+                "load balancer {} ({}) has unexpected status {other:?}",
                 lb.name, lb.id
             )));
         }
     }
-    let ingress = ingress_of(lb, hostname, proxied);
+    let ingress = ingress_of(lb, hostname, proxies_traffic(lb));
     if ingress.is_empty() {
         return Err(CloudError::retry(
             format!(
@@ -114,17 +151,17 @@ pub fn ensured_status(
     })
 }
 
-/// Whether a node may carry load-balancer traffic according to its provider ID (nodes of other providers
-/// are skipped).
-fn node_droplet_ref(node: &Node) -> Option<DropletRef> {
-    match droplet_ref_of(node) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!(node = node.metadata.name.as_deref().unwrap_or(""), error = %e,
-                "node is not a DigitalOcean droplet; leaving it out of load balancers");
-            None
-        }
-    }
+/// Whether a droplet is the one a node without provider ID names: by droplet name, else by address.
+fn droplet_matches_node_name(droplet: &Droplet, node_name: &str) -> bool {
+    droplet.name == node_name
+        || [
+            droplet.first_v4("private"),
+            droplet.first_v4("public"),
+            droplet.first_public_v6(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|address| address == node_name)
 }
 
 impl DigitalOceanCloud {
@@ -136,7 +173,7 @@ impl DigitalOceanCloud {
         })
     }
 
-    /// Finds the Service's load balancer: by the ID annotation, else by name.
+    /// Finds the Service's load balancer: by the ID annotation, else by name (custom, then default).
     pub async fn find_load_balancer(&self, service: &Service) -> Result<Option<LoadBalancer>> {
         if let Some(id) = load_balancer_id(service) {
             let found: Option<LoadBalancer> = self
@@ -153,7 +190,7 @@ impl DigitalOceanCloud {
             tracing::info!(service = %service_key(service), id = %id,
                 "the annotated load balancer does not exist; looking it up by name");
         }
-        let name = self.get_load_balancer_name_inner(service);
+        let candidates = load_balancer_name_candidates(service);
         let all: Vec<LoadBalancer> = self
             .client
             .list(
@@ -163,44 +200,28 @@ impl DigitalOceanCloud {
                 &[],
             )
             .await?;
-        let mut matching = all.into_iter().filter(|lb| lb.name == name);
-        let first = matching.next();
-        if first.is_some() && matching.next().is_some() {
-            tracing::warn!(service = %service_key(service), name = %name,
-                "several load balancers share this name; using the first");
-        }
-        Ok(first)
+        Ok(all.into_iter().find(|lb| candidates.contains(&lb.name)))
     }
 
-    fn get_load_balancer_name_inner(&self, service: &Service) -> String {
-        load_balancer_name(service)
-            .unwrap_or_else(|_| cloud_provider::default_load_balancer_name(service))
-    }
-
-    /// The droplet IDs backing the load balancer; an error when no node maps to a droplet.
-    async fn backend_droplets(&self, service: &Service, nodes: &[Node]) -> Result<Vec<u64>> {
-        let refs: Vec<DropletRef> = nodes.iter().filter_map(node_droplet_ref).collect();
-        let mut ids = Vec::with_capacity(refs.len());
+    /// The droplet IDs of `nodes`, in node order: by provider ID, else by droplet name or address. Nodes
+    /// without a matching droplet are left out (logged); none at all is an error.
+    async fn backend_droplets(&self, service: &Service, nodes: &[&Node]) -> Result<Vec<u64>> {
+        let mut ids = Vec::with_capacity(nodes.len());
         let mut by_name = Vec::new();
-        for r in refs {
-            match r {
-                DropletRef::Id(id) => ids.push(id),
-                DropletRef::Name(_) => by_name.push(r),
+        for node in nodes {
+            let provider_id = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .filter(|p| !p.is_empty());
+            match provider_id {
+                Some(pid) => ids.push(droplet_id_from_provider_id(pid)?),
+                None => by_name.push(node.metadata.name.clone().unwrap_or_default()),
             }
         }
         if !by_name.is_empty() {
-            let found = self.droplets.lookup_many(&by_name).await;
-            for (r, result) in by_name.iter().zip(found) {
-                match result {
-                    Ok(Some(d)) => ids.push(d.id),
-                    Ok(None) => tracing::warn!(service = %service_key(service), %r,
-                        "no droplet matches the node; leaving it out of the load balancer"),
-                    Err(e) => return Err(e),
-                }
-            }
+            ids.extend(self.droplets_named(service, &by_name).await?);
         }
-        ids.sort_unstable();
-        ids.dedup();
         if ids.is_empty() {
             return Err(CloudError::provider(format!(
                 "no eligible nodes for the load balancer of {}: none of the {} node(s) maps to a {PROVIDER_NAME} droplet",
@@ -211,191 +232,317 @@ impl DigitalOceanCloud {
         Ok(ids)
     }
 
-    /// The certificate UUID for the rules terminating TLS, and the certificate-id annotation to write
-    /// back when the load balancer carries a renewed Let's Encrypt certificate.
-    async fn resolve_certificate(
-        &self,
-        settings: &LbSettings,
-        existing: Option<&LoadBalancer>,
-    ) -> Result<(String, Option<String>)> {
-        match &settings.certificate {
-            None => Ok((String::new(), None)),
-            Some(CertificateRef::Name(name)) => {
-                let all: Vec<Certificate> = self
-                    .client
-                    .list("list_certificates", "v2/certificates", "certificates", &[])
-                    .await?;
-                let cert = all.into_iter().find(|c| &c.name == name).ok_or_else(|| {
-                    CloudError::provider(format!("no certificate named {name:?} exists"))
-                })?;
-                Ok((cert.id, None))
+    /// The droplets of nodes without provider ID, by droplet name, else by one of its addresses.
+    async fn droplets_named(&self, service: &Service, names: &[String]) -> Result<Vec<u64>> {
+        let refs: Vec<DropletRef> = names.iter().cloned().map(DropletRef::Name).collect();
+        let found = self.droplets.lookup_many(&refs).await;
+        let mut ids = Vec::with_capacity(names.len());
+        let mut missing = Vec::new();
+        for (name, result) in names.iter().zip(found) {
+            match result? {
+                Some(d) => ids.push(d.id),
+                None => missing.push(name),
             }
-            Some(CertificateRef::Id(id)) => {
-                let current = existing.and_then(|lb| {
-                    lb.forwarding_rules
-                        .iter()
-                        .map(|r| r.certificate_id.as_str())
-                        .find(|c| !c.is_empty())
-                });
-                let Some(current) = current.filter(|c| *c != id) else {
-                    return Ok((id.clone(), None));
-                };
-                let cert: Option<Certificate> = self
-                    .client
-                    .get_opt(
-                        "get_certificate",
-                        &format!("v2/certificates/{current}"),
-                        "certificate",
-                    )
-                    .await?;
-                match cert {
-                    Some(c) if c.type_ == CERTIFICATE_TYPE_LETS_ENCRYPT => {
-                        tracing::info!(old = %id, new = %current,
-                            "keeping the renewed Let's Encrypt certificate of the load balancer");
-                        Ok((current.to_string(), Some(current.to_string())))
-                    }
-                    _ => Ok((id.clone(), None)),
+        }
+        if !missing.is_empty() {
+            let all = self.droplets.all().await?;
+            for name in missing {
+                match all.iter().find(|d| droplet_matches_node_name(d, name)) {
+                    Some(d) => ids.push(d.id),
+                    None => tracing::error!(service = %service_key(service), node = %name,
+                        "failed to find a droplet for the node; leaving it out of the load balancer"),
                 }
             }
         }
+        Ok(ids)
     }
 
-    fn build_request(
+    /// The certificate named `name` (`GET /v2/certificates?name=`), as upstream looks it up.
+    async fn certificate_by_name(&self, name: &str) -> Result<Certificate> {
+        let found: Vec<Certificate> = self
+            .client
+            .list(
+                "list_certificates_by_name",
+                "v2/certificates",
+                "certificates",
+                &[("name", name)],
+            )
+            .await
+            .map_err(api_error(format!(
+                "failed to get certificate by name {name:?}"
+            )))?;
+        found.into_iter().find(|c| c.name == name).ok_or_else(|| {
+            CloudError::provider(format!("certificate with name {name:?} not found"))
+        })
+    }
+
+    /// The Service's certificate: `certificate-id`, else the UUID of the one named `certificate-name`;
+    /// empty when it names none.
+    async fn service_certificate_id(&self, service: &Service) -> Result<String> {
+        if let Some(id) = certificate_id(service) {
+            return Ok(id.to_string());
+        }
+        match certificate_name(service) {
+            Some(name) => Ok(self.certificate_by_name(name).await?.id),
+            None => Ok(String::new()),
+        }
+    }
+
+    /// A certificate by UUID; `None` on 404.
+    async fn certificate(&self, id: &str) -> Result<Option<Certificate>> {
+        self.client
+            .get_opt(
+                "get_certificate",
+                &format!("v2/certificates/{id}"),
+                "certificate",
+            )
+            .await
+            .map_err(api_error(format!(
+                "failed to get DO certificate {id} for load-balancer"
+            )))
+    }
+
+    /// Upstream's Let's Encrypt renewal check: when the load balancer carries another certificate than
+    /// the Service's, and it is a Let's Encrypt certificate with the same name as the Service's (or the
+    /// Service's is gone), the load balancer's certificate wins. Returns it, for the `certificate-id`
+    /// annotation.
+    async fn renewed_certificate(
         &self,
-        settings: &LbSettings,
-        region: String,
-        droplet_ids: Vec<u64>,
-        certificate_id: &str,
-        existing: Option<&LoadBalancer>,
-    ) -> LoadBalancerRequest {
-        LoadBalancerRequest {
-            name: settings.name.clone(),
-            region,
-            type_: settings.lb_type.as_str().to_string(),
-            size: settings.size.clone(),
-            size_unit: settings.size_unit,
-            network: settings.network.clone(),
-            network_stack: settings.network_stack.clone(),
-            ip: if existing.is_none() {
-                settings.ip.clone()
-            } else {
-                None
-            },
-            forwarding_rules: settings.rules_with_certificate(certificate_id),
-            health_check: settings.health_check.clone(),
-            sticky_sessions: settings.sticky_sessions.clone(),
-            redirect_http_to_https: settings.redirect_http_to_https,
-            enable_proxy_protocol: settings.enable_proxy_protocol,
-            enable_backend_keepalive: settings.enable_backend_keepalive,
-            http_idle_timeout_seconds: settings.http_idle_timeout_seconds,
-            disable_lets_encrypt_dns_records: settings.disable_lets_encrypt_dns_records,
-            firewall: settings.firewall.clone(),
-            vpc_uuid: self
-                .config
-                .cluster_vpc_id
-                .clone()
-                .or_else(|| existing.and_then(|lb| lb.vpc_uuid.clone())),
-            droplet_ids,
+        lb: &LoadBalancer,
+        service_certificate: &str,
+    ) -> Result<Option<String>> {
+        let Some(lb_certificate) = lb
+            .forwarding_rules
+            .iter()
+            .map(|r| r.certificate_id.as_str())
+            .find(|c| !c.is_empty())
+        else {
+            return Ok(None);
+        };
+        if service_certificate.is_empty() || lb_certificate == service_certificate {
+            return Ok(None);
+        }
+        let Some(on_lb) = self.certificate(lb_certificate).await? else {
+            return Ok(None);
+        };
+        if on_lb.type_ != CERTIFICATE_TYPE_LETS_ENCRYPT {
+            return Ok(None);
+        }
+        let renewed = match self.certificate(service_certificate).await? {
+            None => true,
+            Some(annotated) => annotated.name == on_lb.name,
+        };
+        if renewed {
+            tracing::info!(old = %service_certificate, new = %lb_certificate,
+                "keeping the renewed Let's Encrypt certificate of the load balancer");
+        }
+        Ok(renewed.then(|| lb_certificate.to_string()))
+    }
+
+    /// The spec of the Service's load balancer of `lb_type` with `certificate`, and the nodes that back
+    /// it. Node and network-stack conflicts are also reported as Warning events, as upstream does.
+    async fn desired_spec<'n>(
+        &self,
+        service: &Service,
+        nodes: &'n [Node],
+        lb_type: LbType,
+        certificate: &str,
+    ) -> Result<(LbSpec, Vec<&'n Node>)> {
+        let network = network(service)?;
+        let selection = select_nodes(nodes, lb_type, network);
+        match build_spec(service, lb_type, &selection, certificate) {
+            Ok(spec) => Ok((spec, selection.ready)),
+            Err(SpecError::NodeConfig(message)) => {
+                self.report_config_error(service, &message).await;
+                Err(SpecError::NodeConfig(message).into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where the load balancer lives, and its backends.
+    fn placement(&self, droplet_ids: Vec<u64>) -> Result<Placement> {
+        Ok(Placement {
+            region: self.region_for_load_balancers()?,
+            vpc_uuid: self.config.cluster_vpc_id.clone().unwrap_or_default(),
             tags: self
                 .config
                 .cluster_id
                 .iter()
                 .map(|id| format!("k8s:{id}"))
                 .collect(),
-        }
+            droplet_ids,
+        })
     }
 
-    /// Creates or updates the Service's load balancer; `allow_create` is false for node-set updates.
-    async fn sync_load_balancer(
+    /// Creates the Service's load balancer from the spec validated with the Service's own type.
+    async fn create_load_balancer(
+        &self,
+        service: &Service,
+        spec: &LbSpec,
+        backends: &[&Node],
+    ) -> Result<LoadBalancer> {
+        let droplet_ids = self.backend_droplets(service, backends).await?;
+        let request = spec.request(self.placement(droplet_ids)?, reserved_ip(service));
+        let created: LoadBalancer = self
+            .client
+            .post(
+                "create_load_balancer",
+                "v2/load_balancers",
+                &request,
+                "load_balancer",
+            )
+            .await
+            .map_err(api_error("failed to create load-balancer"))?;
+        tracing::info!(service = %service_key(service), id = %created.id, name = %created.name,
+            "created load balancer");
+        let annotations = BTreeMap::from([
+            (ANN_LOAD_BALANCER_ID, created.id.clone()),
+            (ANN_TYPE, created.type_.clone().unwrap_or_default()),
+        ]);
+        self.write_back_annotations(service, &annotations).await?;
+        Ok(created)
+    }
+
+    /// Brings an existing load balancer up to date, then writes its ID, type and (after a Let's Encrypt
+    /// renewal) certificate back to the Service, whether the update worked or not. `certificate` is the
+    /// Service's certificate when already resolved.
+    async fn update_existing(
         &self,
         service: &Service,
         nodes: &[Node],
-        allow_create: bool,
-    ) -> Result<(LoadBalancer, LbSettings)> {
-        let annotated = annotated_type(service)?;
-        let existing = self.find_load_balancer(service).await?;
-        let existing_type = existing
-            .as_ref()
-            .and_then(|lb| lb.type_.as_deref())
-            .and_then(|t| t.parse::<LbType>().ok());
-        let lb_type = match (annotated, existing_type) {
-            (Some(want), Some(have)) if want != have => {
-                return Err(CloudError::provider(format!(
-                    "the load balancer of {} is {have} and cannot become {want}; delete the Service and create it again to change the type",
-                    service_key(service)
-                )));
-            }
-            (Some(t), _) | (None, Some(t)) => t,
-            (None, None) => self.config.default_lb_type,
-        };
-        let settings = parse_service(service, lb_type)?;
-        let droplet_ids = self.backend_droplets(service, nodes).await?;
-        let (certificate_id, renewed_certificate) = self
-            .resolve_certificate(&settings, existing.as_ref())
-            .await?;
-
-        let lb = match &existing {
-            Some(current) => {
-                let region = if current.region.slug.is_empty() {
-                    self.region_for_load_balancers()?
-                } else {
-                    current.region.slug.clone()
-                };
-                let request = self.build_request(
-                    &settings,
-                    region,
-                    droplet_ids,
-                    &certificate_id,
-                    Some(current),
-                );
-                let updated: LoadBalancer = self
-                    .client
-                    .put(
-                        "update_load_balancer",
-                        &format!("v2/load_balancers/{}", current.id),
-                        &request,
-                        "load_balancer",
-                    )
-                    .await?;
-                tracing::info!(service = %service_key(service), id = %updated.id, name = %updated.name,
-                    droplets = updated.droplet_ids.len(), "updated load balancer");
-                updated
-            }
-            None if allow_create => {
-                let region = self.region_for_load_balancers()?;
-                let request =
-                    self.build_request(&settings, region, droplet_ids, &certificate_id, None);
-                let created: LoadBalancer = self
-                    .client
-                    .post(
-                        "create_load_balancer",
-                        "v2/load_balancers",
-                        &request,
-                        "load_balancer",
-                    )
-                    .await?;
-                tracing::info!(service = %service_key(service), id = %created.id, name = %created.name,
-                    "created load balancer");
-                created
-            }
-            None => {
-                return Err(CloudError::provider(format!(
-                    "the load balancer {:?} of {} does not exist",
-                    settings.name,
-                    service_key(service)
-                )));
-            }
-        };
-
-        let mut wanted = BTreeMap::from([
+        lb: LoadBalancer,
+        certificate: Option<String>,
+    ) -> Result<LoadBalancer> {
+        let mut annotations = BTreeMap::from([
             (ANN_LOAD_BALANCER_ID, lb.id.clone()),
-            (ANN_TYPE, settings.lb_type.as_str().to_string()),
+            (ANN_TYPE, lb.type_.clone().unwrap_or_default()),
         ]);
-        if let Some(cert) = renewed_certificate {
-            wanted.insert(ANN_CERTIFICATE_ID, cert);
+        let updated = self
+            .reconcile_existing(service, nodes, lb, certificate, &mut annotations)
+            .await;
+        let written = self.write_back_annotations(service, &annotations).await;
+        match (updated, written) {
+            (Ok(lb), Ok(())) => Ok(lb),
+            (Err(e), Ok(())) => Err(e),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Err(w)) => {
+                tracing::warn!(service = %service_key(service), error = %w,
+                    "could not write the load balancer annotations back");
+                Err(e)
+            }
         }
-        self.write_back_annotations(service, &wanted).await?;
-        Ok((lb, settings))
+    }
+
+    /// The update proper: the existing type, the certificate, the spec, and a `PUT` when it differs.
+    async fn reconcile_existing(
+        &self,
+        service: &Service,
+        nodes: &[Node],
+        lb: LoadBalancer,
+        certificate: Option<String>,
+        annotations: &mut BTreeMap<&'static str, String>,
+    ) -> Result<LoadBalancer> {
+        let actual = parse_lb_type(
+            lb.type_.as_deref().unwrap_or_default(),
+            self.config.default_lb_type,
+        )?;
+        if let Ok(asked) = lb_type(service, self.config.default_lb_type)
+            && asked != actual
+        {
+            tracing::warn!(service = %service_key(service), id = %lb.id, asked = %asked, actual = %actual,
+                "the type of an existing load balancer cannot change; keeping it and its annotation");
+        }
+        let mut certificate = match certificate {
+            Some(known) => known,
+            None => self.service_certificate_id(service).await?,
+        };
+        if let Some(renewed) = self.renewed_certificate(&lb, &certificate).await? {
+            annotations.insert(ANN_CERTIFICATE_ID, renewed.clone());
+            certificate = renewed;
+        }
+        let (spec, backends) = self
+            .desired_spec(service, nodes, actual, &certificate)
+            .await?;
+        let droplets = self.backend_droplets(service, &backends).await?;
+        let request = spec.request(self.placement(droplets)?, None);
+        self.put_if_different(service, lb, &request).await
+    }
+
+    /// `PUT`s the request unless the load balancer already is what it asks for.
+    async fn put_if_different(
+        &self,
+        service: &Service,
+        lb: LoadBalancer,
+        request: &LoadBalancerRequest,
+    ) -> Result<LoadBalancer> {
+        let diffs = differences(request, &lb);
+        if diffs.is_empty() {
+            tracing::debug!(service = %service_key(service), id = %lb.id,
+                "load balancer is up to date");
+            return Ok(lb);
+        }
+        let changes: Vec<String> = diffs.iter().map(ToString::to_string).collect();
+        let updated: LoadBalancer = self
+            .client
+            .put(
+                "update_load_balancer",
+                &format!("v2/load_balancers/{}", lb.id),
+                request,
+                "load_balancer",
+            )
+            .await
+            .map_err(api_error(format!(
+                "failed to update load-balancer with ID {}",
+                lb.id
+            )))?;
+        tracing::info!(service = %service_key(service), id = %updated.id, name = %updated.name,
+            changes = %changes.join("; "), "updated load balancer");
+        Ok(updated)
+    }
+
+    /// Records a `LoadBalancerConfigError` Warning event on the Service, as upstream does for node and
+    /// network-stack conflicts (best effort).
+    async fn report_config_error(&self, service: &Service, message: &str) {
+        let Some(client) = self.kube_client() else {
+            return;
+        };
+        let namespace = service.metadata.namespace.as_deref().unwrap_or("default");
+        let name = service.metadata.name.as_deref().unwrap_or_default();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        let nanos = jiff::Timestamp::now().as_nanosecond();
+        let event = k8s_openapi::api::core::v1::Event {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("{name}.{nanos:x}")),
+                namespace: Some(namespace.to_string()),
+                ..Default::default()
+            },
+            involved_object: k8s_openapi::api::core::v1::ObjectReference {
+                kind: Some("Service".into()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                uid: service.metadata.uid.clone(),
+                api_version: Some("v1".into()),
+                ..Default::default()
+            },
+            reason: Some(REASON_LOAD_BALANCER_CONFIG_ERROR.into()),
+            message: Some(message.to_string()),
+            type_: Some("Warning".into()),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some("digitalocean-cloud-controller-manager".into()),
+                host: None,
+            }),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            ..Default::default()
+        };
+        let api: kube::Api<k8s_openapi::api::core::v1::Event> =
+            kube::Api::namespaced(client, namespace);
+        if let Err(e) = api.create(&Default::default(), &event).await {
+            tracing::warn!(service = %service_key(service), error = %e,
+                "could not record the LoadBalancerConfigError event");
+        }
     }
 }
 
@@ -409,19 +556,17 @@ impl LoadBalancerCapability for DigitalOceanCloud {
         let Some(lb) = self.find_load_balancer(service).await? else {
             return Ok(None);
         };
-        let proxied = annotated_type(service)
-            .ok()
-            .flatten()
-            .or_else(|| lb.type_.as_deref().and_then(|t| t.parse().ok()))
-            .and_then(|t| parse_service(service, t).ok())
-            .is_some_and(|s| s.proxies_traffic());
         Ok(Some(LoadBalancerStatus {
-            ingress: Some(ingress_of(&lb, hostname(service).as_deref(), proxied)),
+            ingress: Some(ingress_of(
+                &lb,
+                hostname(service).as_deref(),
+                proxies_traffic(&lb),
+            )),
         }))
     }
 
     fn get_load_balancer_name(&self, _cluster_name: &str, service: &Service) -> String {
-        self.get_load_balancer_name_inner(service)
+        load_balancer_name(service)
     }
 
     async fn ensure_load_balancer(
@@ -431,27 +576,37 @@ impl LoadBalancerCapability for DigitalOceanCloud {
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus> {
         if is_disowned(service)? {
-            return match self.find_load_balancer(service).await? {
-                Some(lb) => {
-                    tracing::info!(service = %service_key(service), id = %lb.id,
-                        "the load balancer is disowned; leaving it unchanged");
-                    Ok(LoadBalancerStatus {
-                        ingress: Some(ingress_of(&lb, hostname(service).as_deref(), false)),
-                    })
-                }
-                None => Err(CloudError::provider(format!(
-                    "the load balancer of {} is disowned and does not exist; remove the annotation {} to let it be created",
-                    service_key(service),
-                    crate::annotations::ANN_DISOWN
-                ))),
-            };
+            tracing::info!(service = %service_key(service),
+                "the load balancer is disowned; leaving it unchanged");
+            return Ok(service
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.clone())
+                .unwrap_or_default());
         }
-        let (lb, settings) = self.sync_load_balancer(service, nodes, true).await?;
-        ensured_status(
-            &lb,
-            settings.hostname.as_deref(),
-            settings.proxies_traffic(),
-        )
+        // As upstream, the Service is first validated with its own type; an existing load balancer then
+        // keeps its type.
+        let own_type = lb_type(service, self.config.default_lb_type)?;
+        let certificate = match own_type {
+            LbType::Regional => Some(self.service_certificate_id(service).await?),
+            LbType::RegionalNetwork => None,
+        };
+        let (spec, backends) = self
+            .desired_spec(
+                service,
+                nodes,
+                own_type,
+                certificate.as_deref().unwrap_or_default(),
+            )
+            .await?;
+        let lb = match self.find_load_balancer(service).await? {
+            Some(existing) => {
+                self.update_existing(service, nodes, existing, certificate)
+                    .await?
+            }
+            None => self.create_load_balancer(service, &spec, &backends).await?,
+        };
+        ensured_status(&lb, hostname(service).as_deref())
     }
 
     async fn update_load_balancer(
@@ -464,7 +619,14 @@ impl LoadBalancerCapability for DigitalOceanCloud {
             tracing::info!(service = %service_key(service), "the load balancer is disowned; not updating it");
             return Ok(());
         }
-        self.sync_load_balancer(service, nodes, false)
+        let Some(lb) = self.find_load_balancer(service).await? else {
+            return Err(CloudError::provider(format!(
+                "the load balancer {:?} of {} does not exist",
+                load_balancer_name(service),
+                service_key(service)
+            )));
+        };
+        self.update_existing(service, nodes, lb, None)
             .await
             .map(|_| ())
     }
@@ -494,7 +656,7 @@ impl LoadBalancerCapability for DigitalOceanCloud {
                 Ok(())
             }
             Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(api_error("failed to delete load-balancer")(e)),
         }
     }
 }
@@ -502,6 +664,7 @@ impl LoadBalancerCapability for DigitalOceanCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ForwardingRule;
 
     fn lb(status: &str, ip: &str, ipv6: Option<&str>) -> LoadBalancer {
         LoadBalancer {
@@ -516,25 +679,19 @@ mod tests {
 
     #[test]
     fn status_of_active_load_balancers() {
-        let st = ensured_status(
-            &lb("active", "203.0.113.5", Some("2001:db8::5")),
-            None,
-            false,
-        )
-        .unwrap();
+        let st = ensured_status(&lb("active", "203.0.113.5", Some("2001:db8::5")), None).unwrap();
         let ingress = st.ingress.unwrap();
         assert_eq!(ingress.len(), 2);
         assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.5"));
         assert_eq!(ingress[0].ip_mode.as_deref(), Some("VIP"));
         assert_eq!(ingress[1].ip.as_deref(), Some("2001:db8::5"));
-        let st = ensured_status(&lb("active", "203.0.113.5", None), None, true).unwrap();
+        let proxied = LoadBalancer {
+            enable_proxy_protocol: true,
+            ..lb("active", "203.0.113.5", None)
+        };
+        let st = ensured_status(&proxied, None).unwrap();
         assert_eq!(st.ingress.unwrap()[0].ip_mode.as_deref(), Some("Proxy"));
-        let st = ensured_status(
-            &lb("active", "203.0.113.5", None),
-            Some("lb.example.com"),
-            true,
-        )
-        .unwrap();
+        let st = ensured_status(&proxied, Some("lb.example.com")).unwrap();
         let ingress = st.ingress.unwrap();
         assert_eq!(ingress.len(), 1);
         assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
@@ -543,52 +700,42 @@ mod tests {
     }
 
     #[test]
-    fn requests_send_the_ip_only_on_creation_and_keep_the_vpc() {
-        let mut config =
-            crate::DoConfig::new(crate::AccessToken::new("t"), "http://127.0.0.1:9/").unwrap();
-        config.cluster_id = Some("c-9".into());
-        let cloud = DigitalOceanCloud::new(config).unwrap();
-        let mut svc = Service::default();
-        svc.metadata.uid = Some("0a1b2c3d-0000-0000-0000-000000000000".into());
-        svc.metadata.annotations = Some(
-            [(
-                crate::annotations::ANN_IP.to_string(),
-                "203.0.113.9".to_string(),
-            )]
-            .into(),
-        );
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
-                port: 80,
-                node_port: Some(30080),
-                ..Default::default()
-            }]),
+    fn terminating_rules_proxy_traffic_and_passthrough_does_not() {
+        let rule = |entry: &str, passthrough: bool| ForwardingRule {
+            entry_protocol: entry.into(),
+            entry_port: 443,
+            target_protocol: entry.into(),
+            target_port: 30443,
+            tls_passthrough: passthrough,
             ..Default::default()
-        });
-        let settings = parse_service(&svc, LbType::Regional).unwrap();
-        let create = cloud.build_request(&settings, "nyc3".into(), vec![1, 2], "", None);
-        assert_eq!(create.ip.as_deref(), Some("203.0.113.9"));
-        assert_eq!(create.tags, vec!["k8s:c-9"]);
-        assert_eq!(create.vpc_uuid, None);
-        assert_eq!(create.droplet_ids, vec![1, 2]);
-        assert_eq!(create.type_, "REGIONAL");
-        let existing = LoadBalancer {
-            vpc_uuid: Some("vpc-existing".into()),
-            ..lb("active", "203.0.113.9", None)
         };
-        let update = cloud.build_request(&settings, "nyc3".into(), vec![1], "", Some(&existing));
-        assert_eq!(update.ip, None);
-        assert_eq!(update.vpc_uuid.as_deref(), Some("vpc-existing"));
+        let mut l = lb("active", "203.0.113.5", None);
+        l.forwarding_rules = vec![rule("tcp", false), rule("https", true)];
+        assert!(!proxies_traffic(&l));
+        l.forwarding_rules.push(rule("http2", false));
+        assert!(proxies_traffic(&l));
+    }
+
+    #[test]
+    fn droplets_match_node_names_by_name_or_address() {
+        let droplet: Droplet = serde_json::from_value(serde_json::json!({
+            "id": 7, "name": "pool-a-1",
+            "networks": {"v4": [{"ip_address": "10.0.0.7", "type": "private"}], "v6": []}
+        }))
+        .unwrap();
+        assert!(droplet_matches_node_name(&droplet, "pool-a-1"));
+        assert!(droplet_matches_node_name(&droplet, "10.0.0.7"));
+        assert!(!droplet_matches_node_name(&droplet, "pool-a-2"));
     }
 
     #[test]
     fn new_load_balancers_are_retried_and_errored_ones_fail() {
-        let err = ensured_status(&lb("new", "", None), None, false).unwrap_err();
+        let err = ensured_status(&lb("new", "", None), None).unwrap_err();
         assert_eq!(err.retry_after(), Some(Duration::from_secs(15)));
-        let err = ensured_status(&lb("errored", "1.2.3.4", None), None, false).unwrap_err();
+        let err = ensured_status(&lb("errored", "1.2.3.4", None), None).unwrap_err();
         assert_eq!(err.retry_after(), None);
         assert!(err.to_string().contains("errored"), "{err}");
-        let err = ensured_status(&lb("active", "", None), None, false).unwrap_err();
+        let err = ensured_status(&lb("active", "", None), None).unwrap_err();
         assert_eq!(err.retry_after(), Some(Duration::from_secs(15)));
     }
 }

@@ -12,7 +12,7 @@ use kube::Api;
 use provider_digitalocean::annotations::*;
 use provider_digitalocean::stub::{DoStub, DropletSpec, Fault};
 use serde_json::json;
-use support::{cloud_for, cloud_with, droplet_node, lb_service, node};
+use support::{cloud_for, cloud_with, droplet_node, dual_stack_node, lb_service, node};
 
 const UID: &str = "6f0c2b4e-1a2b-4c3d-9e8f-0123456789ab";
 const DEFAULT_NAME: &str = "a6f0c2b4e1a2b4c3d9e8f0123456789a";
@@ -57,17 +57,21 @@ async fn creates_a_regional_network_load_balancer_by_default() {
     assert_eq!(
         lb["forwarding_rules"],
         json!([
-            {"entry_protocol": "tcp", "entry_port": 80, "target_protocol": "tcp", "target_port": 80, "tls_passthrough": false},
-            {"entry_protocol": "tcp", "entry_port": 443, "target_protocol": "tcp", "target_port": 443, "tls_passthrough": false}
+            {"entry_protocol": "tcp", "entry_port": 80, "target_protocol": "tcp", "target_port": 80, "certificate_id": "", "tls_passthrough": false},
+            {"entry_protocol": "tcp", "entry_port": 443, "target_protocol": "tcp", "target_port": 443, "certificate_id": "", "tls_passthrough": false}
         ])
     );
     assert_eq!(
         lb["health_check"],
         json!({"protocol": "http", "port": 10256, "path": "/healthz", "check_interval_seconds": 3,
-               "response_timeout_seconds": 5, "unhealthy_threshold": 3, "healthy_threshold": 5})
+               "response_timeout_seconds": 5, "unhealthy_threshold": 3, "healthy_threshold": 5,
+               "proxy_protocol": false})
     );
     assert_eq!(lb["sticky_sessions"], json!({"type": "none"}));
     assert_eq!(lb["firewall"], json!({"allow": [], "deny": []}));
+    assert_eq!(lb["network"], "EXTERNAL");
+    // IPv4-only nodes: a network load balancer defaults to IPv4.
+    assert_eq!(lb["network_stack"], "IPV4");
 
     let ingress = status.ingress.unwrap();
     assert_eq!(ingress.len(), 1);
@@ -77,7 +81,17 @@ async fn creates_a_regional_network_load_balancer_by_default() {
     );
     assert_eq!(ingress[0].ip_mode.as_deref(), Some("VIP"));
 
-    // Ensuring again updates in place (a full PUT), never creates a second one.
+    // Ensuring again with the same nodes changes nothing: no write at all.
+    cloud
+        .ensure_load_balancer(
+            "kubernetes",
+            &svc,
+            &[droplet_node("n1", a), droplet_node("n2", b)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(writes(&stub), 1);
+    // Another node set updates in place (a full PUT), never creates a second one.
     cloud
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
         .await
@@ -123,7 +137,7 @@ async fn regional_rules_certificates_and_options() {
     assert_eq!(
         lb["forwarding_rules"],
         json!([
-            {"entry_protocol": "http", "entry_port": 80, "target_protocol": "http", "target_port": 30080, "tls_passthrough": false},
+            {"entry_protocol": "http", "entry_port": 80, "target_protocol": "http", "target_port": 30080, "certificate_id": "", "tls_passthrough": false},
             {"entry_protocol": "https", "entry_port": 443, "target_protocol": "http", "target_port": 30443,
              "certificate_id": cert, "tls_passthrough": false}
         ])
@@ -156,7 +170,8 @@ async fn regional_rules_certificates_and_options() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("no certificate named \"nope\""),
+        err.to_string()
+            .contains("certificate with name \"nope\" not found"),
         "{err}"
     );
     assert_eq!(writes(&stub), 0);
@@ -184,15 +199,20 @@ async fn invalid_annotations_fail_before_any_write() {
     let stub = DoStub::start().await;
     let (a, _) = two_droplets(&stub);
     let cloud = cloud_for(&stub);
+    // What upstream refuses itself: no request to the API.
     let cases: &[&[(&str, &str)]] = &[
         &[(ANN_TYPE, "GLOBAL")],
-        &[(ANN_TYPE, "REGIONAL"), (ANN_PROTOCOL, "https")],
-        &[(ANN_PROTOCOL, "http")],
+        &[(ANN_TYPE, "regional")],
+        &[
+            (ANN_TYPE, "REGIONAL"),
+            (ANN_PROTOCOL, "https"),
+            (ANN_CERTIFICATE_ID, ""),
+        ],
         &[(ANN_SIZE_SLUG, "lb-small"), (ANN_SIZE_UNIT, "1")],
-        &[(ANN_DENY_RULES, "everyone")],
-        &[(ANN_HEALTH_CHECK_INTERVAL_SECONDS, "1")],
+        &[(ANN_HEALTH_CHECK_INTERVAL_SECONDS, "3s")],
+        &[(ANN_ENABLE_PROXY_PROTOCOL, "yes")],
         &[(ANN_DISOWN, "perhaps")],
-        &[(ANN_NAME, "bad name")],
+        &[(ANN_NETWORK, "internal")],
     ];
     for annotations in cases {
         let svc = lb_service("web", UID, annotations);
@@ -201,13 +221,41 @@ async fn invalid_annotations_fail_before_any_write() {
             .await
             .unwrap_err();
         let key = annotations.last().unwrap().0;
-        assert!(
-            err.to_string().contains(key) || err.to_string().contains("invalid"),
-            "{key}: {err}"
-        );
+        assert!(err.to_string().contains(key), "{key}: {err}");
     }
     assert_eq!(writes(&stub), 0);
+
+    // What upstream leaves to the API (which refuses it): nothing is created.
+    let cases: &[&[(&str, &str)]] = &[
+        &[(ANN_DENY_RULES, "everyone")],
+        &[(ANN_HEALTH_CHECK_INTERVAL_SECONDS, "1")],
+        &[(ANN_HTTP_IDLE_TIMEOUT_SECONDS, "10")],
+        &[(ANN_NAME, "bad name")],
+    ];
+    for annotations in cases {
+        let svc = lb_service("web", UID, annotations);
+        let err = cloud
+            .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("422"), "{annotations:?}: {err}");
+    }
     assert!(stub.load_balancers().is_empty());
+
+    // Annotations upstream does not read for network load balancers are ignored.
+    let svc = lb_service(
+        "web",
+        UID,
+        &[(ANN_PROTOCOL, "http"), (ANN_TLS_PORTS, "443")],
+    );
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["entry_protocol"],
+        "tcp"
+    );
 }
 
 #[tokio::test]
@@ -258,7 +306,30 @@ async fn updates_follow_the_node_set() {
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
         .await
         .unwrap();
-    // Nodes without a provider ID are matched by droplet name; nodes of other clouds are left out.
+    // A node with another cloud's provider ID fails the sync (as upstream), before any write.
+    let err = cloud
+        .update_load_balancer(
+            "kubernetes",
+            &svc,
+            &[
+                droplet_node("n1", a),
+                node("elsewhere", Some("aws:///us-east-1a/i-1")),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("aws:///us-east-1a/i-1"), "{err}");
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 0);
+    // Nodes without a provider ID are matched by droplet name, or by one of the droplet's addresses.
+    let private_of_c = stub.droplet(c).unwrap()["networks"]["v4"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "private")
+        .unwrap()["ip_address"]
+        .as_str()
+        .unwrap()
+        .to_string();
     cloud
         .update_load_balancer(
             "kubernetes",
@@ -266,8 +337,7 @@ async fn updates_follow_the_node_set() {
             &[
                 droplet_node("n1", a),
                 node("n2", None),
-                droplet_node("n3", c),
-                node("elsewhere", Some("aws:///us-east-1a/i-1")),
+                node(&private_of_c, None),
             ],
         )
         .await
@@ -279,13 +349,10 @@ async fn updates_follow_the_node_set() {
     assert_eq!(lb["health_check"]["port"], 10256);
     assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
 
-    // No eligible node at all is an error and leaves the load balancer as it was.
+    // No node mapping to a droplet is an error and leaves the load balancer as it was (upstream would
+    // empty it).
     let err = cloud
-        .update_load_balancer(
-            "kubernetes",
-            &svc,
-            &[node("ghost", None), node("elsewhere", Some("fake://x"))],
-        )
+        .update_load_balancer("kubernetes", &svc, &[node("ghost", None)])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no eligible nodes"), "{err}");
@@ -294,7 +361,21 @@ async fn updates_follow_the_node_set() {
         .ensure_load_balancer("kubernetes", &svc, &[])
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("no eligible nodes"), "{err}");
+    assert!(err.to_string().contains("no ready nodes"), "{err}");
+    // Nodes without a public address cannot back an external network load balancer.
+    let err = cloud
+        .ensure_load_balancer(
+            "kubernetes",
+            &svc,
+            &[support::bare_node(
+                "n1",
+                Some(&format!("digitalocean://{a}")),
+            )],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no eligible backends"), "{err}");
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
 }
 
 #[tokio::test]
@@ -309,7 +390,15 @@ async fn adopts_a_load_balancer_by_id_and_keeps_its_type() {
         "droplet_ids": [a],
     }));
     let cloud = cloud_for(&stub);
-    let svc = lb_service("web", UID, &[(ANN_LOAD_BALANCER_ID, &existing)]);
+    // The hand-made load balancer is IPv4 (the API default) and its stack cannot change.
+    let svc = lb_service(
+        "web",
+        UID,
+        &[
+            (ANN_LOAD_BALANCER_ID, &existing),
+            (ANN_NETWORK_STACK, "IPV4"),
+        ],
+    );
     cloud
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
         .await
@@ -327,27 +416,33 @@ async fn adopts_a_load_balancer_by_id_and_keeps_its_type() {
     );
     assert_eq!(stub.count_prefix("POST", "/v2/load_balancers"), 0);
 
-    // Asking for another type than the existing one is refused.
+    // Asking for another type than the existing one keeps the existing type (as upstream, which also
+    // overwrites the annotation): nothing to change.
     let svc = lb_service(
         "web",
         UID,
         &[
             (ANN_LOAD_BALANCER_ID, &existing),
             (ANN_TYPE, "REGIONAL_NETWORK"),
+            (ANN_NETWORK_STACK, "IPV4"),
         ],
     );
-    let err = cloud
+    cloud
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
         .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("cannot become REGIONAL_NETWORK"),
-        "{err}"
-    );
+        .unwrap();
+    assert_eq!(stub.load_balancers()[0]["type"], "REGIONAL");
     assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 1);
 
     // A stale ID falls back to the name.
-    let svc = lb_service("web", UID, &[(ANN_LOAD_BALANCER_ID, "00000000-dead")]);
+    let svc = lb_service(
+        "web",
+        UID,
+        &[
+            (ANN_LOAD_BALANCER_ID, "00000000-dead"),
+            (ANN_NETWORK_STACK, "IPV4"),
+        ],
+    );
     cloud
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
         .await
@@ -405,6 +500,38 @@ async fn keeps_a_renewed_lets_encrypt_certificate() {
         stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
         old.as_str()
     );
+
+    // So is a Let's Encrypt certificate of another name (not a renewal of the annotated one).
+    let other_le = stub.add_certificate("other-le", "lets_encrypt");
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(other_le)
+    });
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        stub.load_balancers()[0]["forwarding_rules"][1]["certificate_id"],
+        old.as_str()
+    );
+
+    // When the annotated certificate no longer exists, the load balancer's Let's Encrypt one is kept.
+    let gone = "00000000-0000-4000-8000-00000000dead";
+    let svc = lb_service(
+        "web",
+        UID,
+        &[(ANN_TYPE, "REGIONAL"), (ANN_CERTIFICATE_ID, gone)],
+    );
+    stub.modify_load_balancer(&id, |lb| {
+        lb["forwarding_rules"][1]["certificate_id"] = json!(renewed)
+    });
+    stub.clear_requests();
+    cloud
+        .ensure_load_balancer("kubernetes", &svc, &nodes)
+        .await
+        .unwrap();
+    assert_eq!(stub.count_prefix("PUT", "/v2/load_balancers/"), 0);
+    assert_eq!(stub.count("GET", &format!("/v2/certificates/{gone}")), 1);
 }
 
 #[tokio::test]
@@ -420,8 +547,19 @@ async fn disowned_load_balancers_are_never_mutated() {
         .unwrap();
     let before = stub.load_balancers();
 
-    let disowned = lb_service("web", UID, &[(ANN_DISOWN, "true"), (ANN_SIZE_UNIT, "4")]);
+    let mut disowned = lb_service("web", UID, &[(ANN_DISOWN, "true"), (ANN_SIZE_UNIT, "4")]);
+    let reported = k8s_openapi::api::core::v1::LoadBalancerStatus {
+        ingress: Some(vec![k8s_openapi::api::core::v1::LoadBalancerIngress {
+            ip: Some("192.0.2.99".into()),
+            ..Default::default()
+        }]),
+    };
+    disowned.status = Some(k8s_openapi::api::core::v1::ServiceStatus {
+        load_balancer: Some(reported.clone()),
+        ..Default::default()
+    });
     stub.clear_requests();
+    // The Service's own status is reported, as upstream does, without asking the API.
     let status = cloud
         .ensure_load_balancer(
             "kubernetes",
@@ -430,10 +568,8 @@ async fn disowned_load_balancers_are_never_mutated() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        status.ingress.unwrap()[0].ip.as_ref(),
-        before[0]["ip"].as_str().map(str::to_string).as_ref()
-    );
+    assert_eq!(status, reported);
+    assert!(stub.requests().is_empty());
     cloud
         .update_load_balancer("kubernetes", &disowned, &[droplet_node("n2", b)])
         .await
@@ -449,13 +585,13 @@ async fn disowned_load_balancers_are_never_mutated() {
     let other = lb_service(
         "other",
         "99999999-2222-3333-4444-555555555555",
-        &[(ANN_DISOWN, "true")],
+        &[(ANN_DISOWN, "1")],
     );
-    let err = cloud
+    let status = cloud
         .ensure_load_balancer("kubernetes", &other, &nodes)
         .await
-        .unwrap_err();
-    assert!(err.to_string().contains("disowned"), "{err}");
+        .unwrap();
+    assert_eq!(status.ingress, None);
     assert_eq!(writes(&stub), 0);
 }
 
@@ -518,15 +654,13 @@ async fn deletion_is_idempotent() {
 #[tokio::test]
 async fn hostname_and_dual_stack_status() {
     let stub = DoStub::start().await;
-    let (a, _) = two_droplets(&stub);
+    let (a, b) = two_droplets(&stub);
     let cloud = cloud_for(&stub);
+    // The hostname is reported lowercased instead of the addresses.
     let svc = lb_service(
         "web",
         UID,
-        &[
-            (ANN_HOSTNAME, "lb.example.com"),
-            (ANN_NETWORK_STACK, "DUALSTACK"),
-        ],
+        &[(ANN_HOSTNAME, "LB.example.com"), (ANN_TYPE, "REGIONAL")],
     );
     let status = cloud
         .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
@@ -536,14 +670,18 @@ async fn hostname_and_dual_stack_status() {
     assert_eq!(ingress.len(), 1);
     assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
     assert_eq!(ingress[0].ip, None);
+    // REGIONAL load balancers are dual-stack by default.
+    assert_eq!(stub.load_balancers()[0]["network_stack"], "DUALSTACK");
 
+    // A network load balancer over dual-stack nodes is dual-stack, created with the reserved address.
     let svc = lb_service(
         "dual",
         "77777777-2222-3333-4444-555555555555",
-        &[(ANN_NETWORK_STACK, "DUALSTACK"), (ANN_IP, "203.0.113.200")],
+        &[(ANN_IP, "203.0.113.200")],
     );
+    let dual = [dual_stack_node("n1", a), dual_stack_node("n2", b)];
     let status = cloud
-        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .ensure_load_balancer("kubernetes", &svc, &dual)
         .await
         .unwrap();
     let ips: Vec<String> = status
@@ -555,6 +693,23 @@ async fn hostname_and_dual_stack_status() {
     assert_eq!(ips.len(), 2);
     assert_eq!(ips[0], "203.0.113.200");
     assert!(ips[1].contains(':'));
+
+    // Asking for dual-stack with an IPv4-only node is refused, naming the node.
+    let svc = lb_service(
+        "v4",
+        "88888888-2222-3333-4444-555555555555",
+        &[(ANN_NETWORK_STACK, "DUALSTACK")],
+    );
+    let err = cloud
+        .ensure_load_balancer(
+            "kubernetes",
+            &svc,
+            &[dual_stack_node("n1", a), droplet_node("n2", b)],
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lack IPv6 addresses: n2"), "{err}");
+    assert_eq!(stub.load_balancers().len(), 2);
 }
 
 async fn create_service(client: &kube::Client, svc: &Service) -> Service {
@@ -642,6 +797,50 @@ async fn writes_the_id_type_and_renewed_certificate_back_to_the_service() {
         tls.metadata.annotations.unwrap()[ANN_CERTIFICATE_ID],
         renewed
     );
+    apiserver.shutdown().await;
+}
+
+#[tokio::test]
+async fn node_and_stack_conflicts_are_also_reported_as_load_balancer_config_error_events() {
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let stub = DoStub::start().await;
+    let (a, _) = two_droplets(&stub);
+    let cloud = cloud_for(&stub);
+    cloud.set_kube_client(client.clone());
+    let svc = create_service(
+        &client,
+        &lb_service(
+            "web",
+            UID,
+            &[(ANN_NETWORK, "INTERNAL"), (ANN_NETWORK_STACK, "DUALSTACK")],
+        ),
+    )
+    .await;
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &svc, &[droplet_node("n1", a)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("internal load balancer"), "{err}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
+    let listed = events.list(&Default::default()).await.unwrap().items;
+    let event = listed
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("LoadBalancerConfigError"))
+        .unwrap_or_else(|| panic!("no LoadBalancerConfigError event in {listed:?}"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.involved_object.name.as_deref(), Some("web"));
+    assert_eq!(event.involved_object.uid, svc.metadata.uid);
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(ANN_NETWORK_STACK))
+    );
+    assert_eq!(writes(&stub), 0);
     apiserver.shutdown().await;
 }
 

@@ -24,9 +24,10 @@ use k8s_openapi::api::core::v1::Service;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::annotations::{
-    ANN_LOAD_BALANCER_ID, ANN_NETWORK, ANN_TYPE, KUBE_PROXY_HEALTH_CHECK_PORT,
+    ANN_LOAD_BALANCER_ID, NETWORK_EXTERNAL, ServiceConfigError, lb_type, network, parse_go_bool,
 };
 use crate::config::{LbType, PublicAccessFirewall};
+use crate::lb_spec::default_health_check_port;
 
 /// The annotation that takes a `NodePort` Service's ports out of the public-access firewall.
 pub const ANN_FIREWALL_MANAGED: &str = "kubernetes.digitalocean.com/firewall-managed";
@@ -124,14 +125,13 @@ fn null_as_empty<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
 /// A Service whose annotations make the firewall's rule set unknowable (the whole reconcile fails, and
 /// nothing is changed, like upstream).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("service {service}: annotation {annotation}: {message}")]
+#[error("service {service}: {source}")]
 pub struct RulesError {
     /// `namespace/name`.
     pub service: String,
-    /// The annotation at fault.
-    pub annotation: &'static str,
-    /// What is wrong.
-    pub message: String,
+    /// The annotation at fault and what is wrong with it.
+    #[source]
+    pub source: ServiceConfigError,
 }
 
 /// The firewall the cluster's `services` call for.
@@ -182,7 +182,7 @@ fn is_managed(service: &Service) -> bool {
     let Some(raw) = annotation(service, ANN_FIREWALL_MANAGED) else {
         return true;
     };
-    go_parse_bool(raw).unwrap_or_else(|| {
+    parse_go_bool(raw).unwrap_or_else(|| {
         tracing::warn!(
             service = %service_key(service),
             annotation = ANN_FIREWALL_MANAGED,
@@ -191,15 +191,6 @@ fn is_managed(service: &Service) -> bool {
         );
         true
     })
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads it (upstream's parser for this annotation).
-fn go_parse_bool(raw: &str) -> Option<bool> {
-    match raw {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 /// One rule per TCP/UDP port of a `NodePort` Service, open to everyone.
@@ -212,7 +203,7 @@ fn node_port_rules(service: &Service) -> Vec<InboundRule> {
             let node_port = port.node_port.filter(|p| *p > 0)?;
             Some(open_rule(
                 firewall_protocol(port.protocol.as_deref())?,
-                node_port,
+                i64::from(node_port),
             ))
         })
         .collect()
@@ -221,20 +212,16 @@ fn node_port_rules(service: &Service) -> Vec<InboundRule> {
 /// The health-check rule of a network load balancer.
 enum HealthRule {
     /// Open to everyone on this TCP port.
-    Open(i32),
+    Open(i64),
     /// Open to the load balancer only.
     FromLoadBalancer(InboundRule),
 }
 
 /// The rules of an external `REGIONAL_NETWORK` load balancer: its health check, and its service ports
 /// `(protocol, port)` open to everyone.
-fn network_lb_rules(service: &Service) -> (HealthRule, Vec<(&'static str, i32)>) {
+fn network_lb_rules(service: &Service) -> (HealthRule, Vec<(&'static str, i64)>) {
     let spec = service.spec.as_ref();
-    let local = spec.and_then(|s| s.external_traffic_policy.as_deref()) == Some("Local");
-    let health_port = spec
-        .and_then(|s| s.health_check_node_port)
-        .filter(|p| local && *p > 0)
-        .unwrap_or(i32::from(KUBE_PROXY_HEALTH_CHECK_PORT));
+    let health_port = default_health_check_port(service);
     let health = match annotation(service, ANN_LOAD_BALANCER_ID).filter(|id| !id.is_empty()) {
         Some(id) => HealthRule::FromLoadBalancer(InboundRule {
             protocol: "tcp".into(),
@@ -250,38 +237,21 @@ fn network_lb_rules(service: &Service) -> (HealthRule, Vec<(&'static str, i32)>)
         .and_then(|s| s.ports.as_deref())
         .unwrap_or_default()
         .iter()
-        .filter_map(|p| Some((firewall_protocol(p.protocol.as_deref())?, p.port)))
+        .filter_map(|p| Some((firewall_protocol(p.protocol.as_deref())?, i64::from(p.port))))
         .collect();
     (health, ports)
 }
 
-/// Whether a `LoadBalancer` Service has an external `REGIONAL_NETWORK` load balancer. The annotations
-/// are read as upstream reads them (exact values; empty means the default).
+/// Whether a `LoadBalancer` Service has an external `REGIONAL_NETWORK` load balancer, its annotations
+/// read as the load balancer's own are.
 fn is_external_network_lb(service: &Service, default_lb_type: LbType) -> Result<bool, RulesError> {
-    let lb_type = match annotation(service, ANN_TYPE).filter(|v| !v.is_empty()) {
-        None => default_lb_type,
-        Some("REGIONAL") => LbType::Regional,
-        Some("REGIONAL_NETWORK") => LbType::RegionalNetwork,
-        Some(other) => {
-            return Err(rules_error(
-                service,
-                ANN_TYPE,
-                format!("{other:?} is not a load balancer type (REGIONAL or REGIONAL_NETWORK)"),
-            ));
-        }
+    let unreadable = |source| RulesError {
+        service: service_key(service),
+        source,
     };
-    let external = match annotation(service, ANN_NETWORK).filter(|v| !v.is_empty()) {
-        None | Some("EXTERNAL") => true,
-        Some("INTERNAL") => false,
-        Some(other) => {
-            return Err(rules_error(
-                service,
-                ANN_NETWORK,
-                format!("{other:?} is not a load balancer network (EXTERNAL or INTERNAL)"),
-            ));
-        }
-    };
-    Ok(lb_type == LbType::RegionalNetwork && external)
+    let lb_type = lb_type(service, default_lb_type).map_err(unreadable)?;
+    let network = network(service).map_err(unreadable)?;
+    Ok(lb_type == LbType::RegionalNetwork && network == NETWORK_EXTERNAL)
 }
 
 /// `tcp`/`udp` for a Service port's protocol (default TCP); `None` for the others (SCTP).
@@ -299,7 +269,7 @@ fn firewall_protocol(protocol: Option<&str>) -> Option<&'static str> {
     }
 }
 
-fn open_rule(protocol: &str, port: i32) -> InboundRule {
+fn open_rule(protocol: &str, port: i64) -> InboundRule {
     InboundRule {
         protocol: protocol.into(),
         port_range: port.to_string(),
@@ -440,17 +410,10 @@ fn service_key(service: &Service) -> String {
     )
 }
 
-fn rules_error(service: &Service, annotation: &'static str, message: String) -> RulesError {
-    RulesError {
-        service: service_key(service),
-        annotation,
-        message,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::annotations::{ANN_NETWORK, ANN_TYPE};
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use serde_json::json;
 
@@ -625,7 +588,7 @@ mod tests {
             let err = desired_firewall(&firewall_settings(), &services, LbType::RegionalNetwork)
                 .unwrap_err();
             assert_eq!(
-                (err.service.as_str(), err.annotation),
+                (err.service.as_str(), err.source.field.as_str()),
                 ("default/bad", annotation)
             );
         }
@@ -678,20 +641,5 @@ mod tests {
         let mut renamed = cloud;
         renamed.name = "other".into();
         assert!(!is_up_to_date(&renamed, &request));
-    }
-
-    #[test]
-    fn go_booleans() {
-        for (raw, want) in [
-            ("true", Some(true)),
-            ("T", Some(true)),
-            ("0", Some(false)),
-            ("False", Some(false)),
-            ("tRuE", None),
-            (" true", None),
-            ("yes", None),
-        ] {
-            assert_eq!(go_parse_bool(raw), want, "{raw:?}");
-        }
     }
 }

@@ -160,11 +160,13 @@ pub(crate) async fn handle(
         route(&mut st, &method, &path, &query, &body)
     };
 
+    let mutating = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
     st.requests.push(RecordedRequest {
         method: method.to_string(),
         path: path.clone(),
         query: query_string,
         status: answer.status.as_u16(),
+        body: (mutating && !body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned()),
     });
 
     let mut builder = Response::builder()
@@ -284,7 +286,12 @@ fn route(
             None => Answer::not_found(),
         },
         ("GET", ["v2", "certificates"]) => {
-            let items = st.certificates.values().cloned().collect();
+            let items = st
+                .certificates
+                .values()
+                .filter(|c| query.get("name").is_none_or(|n| c["name"] == json!(n)))
+                .cloned()
+                .collect();
             paginate(st, path, query, "certificates", items)
         }
         ("GET", ["v2", "certificates", id]) => match st.certificates.get(*id) {
@@ -388,24 +395,59 @@ fn as_port(v: &Value) -> Option<u64> {
     v.as_u64().filter(|p| (1..=65535).contains(p))
 }
 
+/// The API's name rules: at most 255 characters, letters, digits, `.` and `-`, starting with a letter or
+/// digit and not ending with `-`.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+}
+
+/// A string field of a request body (`""` when absent or not a string).
+fn text<'a>(obj: &'a serde_json::Map<String, Value>, key: &str) -> &'a str {
+    obj.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// An integer field that, when present and not zero, must be within `range`.
+fn check_range(
+    obj: &Value,
+    key: &str,
+    range: std::ops::RangeInclusive<i64>,
+    what: &str,
+) -> Result<(), String> {
+    match obj.get(key).filter(|v| !v.is_null()) {
+        None => Ok(()),
+        Some(v) => match v.as_i64() {
+            Some(0) => Ok(()),
+            Some(n) if range.contains(&n) => Ok(()),
+            _ => Err(format!(
+                "{what}.{key} must be between {} and {}",
+                range.start(),
+                range.end()
+            )),
+        },
+    }
+}
+
 /// Validates a create or update body the way the API does; `existing` is the load balancer being updated.
-fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), String> {
+pub(crate) fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), String> {
     let obj = body
         .as_object()
         .ok_or("the request body must be a JSON object")?;
-    let name = obj.get("name").and_then(Value::as_str).unwrap_or_default();
-    if name.is_empty() {
-        return Err("name is required".into());
+    let name = text(obj, "name");
+    if !valid_name(name) {
+        return Err(format!("name {name:?} is not valid"));
     }
-    let region = obj
-        .get("region")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let region = text(obj, "region");
     match existing {
         None if !st.regions.iter().any(|r| r == region) => {
             return Err(format!("region {region:?} is not available"));
         }
-        Some(lb) if lb["region"]["slug"] != json!(region) => {
+        Some(lb) if !region.is_empty() && lb["region"]["slug"] != json!(region) => {
             return Err("the region of a load balancer cannot be changed".into());
         }
         _ => {}
@@ -417,16 +459,91 @@ fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), St
     if !["REGIONAL", "REGIONAL_NETWORK", "GLOBAL"].contains(&type_) {
         return Err(format!("type {type_:?} is not valid"));
     }
-    if let Some(lb) = existing
-        && lb["type"] != json!(type_)
-    {
-        return Err("the type of a load balancer cannot be changed".into());
+    let network = obj
+        .get("network")
+        .and_then(Value::as_str)
+        .unwrap_or("EXTERNAL");
+    let stack = obj
+        .get("network_stack")
+        .and_then(Value::as_str)
+        .unwrap_or("IPV4");
+    if !["EXTERNAL", "INTERNAL"].contains(&network) || !["IPV4", "DUALSTACK"].contains(&stack) {
+        return Err(format!(
+            "invalid network {network:?} or network_stack {stack:?}"
+        ));
     }
-    if obj.get("size").is_some_and(|v| !v.is_null())
-        && obj.get("size_unit").is_some_and(|v| !v.is_null())
-    {
+    if network == "INTERNAL" && stack == "DUALSTACK" {
+        return Err("internal load balancers do not support DUALSTACK".into());
+    }
+    if let Some(lb) = existing {
+        for (key, value, default) in [
+            ("type", type_, "REGIONAL"),
+            ("network", network, "EXTERNAL"),
+            ("network_stack", stack, "IPV4"),
+        ] {
+            if lb[key].as_str().unwrap_or(default) != value {
+                return Err(format!("the {key} of a load balancer cannot be changed"));
+            }
+        }
+        let vpc = text(obj, "vpc_uuid");
+        if !vpc.is_empty() && lb["vpc_uuid"] != json!(vpc) {
+            return Err("the VPC of a load balancer cannot be changed".into());
+        }
+    }
+    validate_size(obj)?;
+    validate_rules(st, obj, type_)?;
+    if let Some(hc) = obj.get("health_check").filter(|v| !v.is_null()) {
+        let protocol = hc["protocol"].as_str().unwrap_or("http");
+        if !["http", "https", "tcp"].contains(&protocol)
+            || hc.get("port").is_some_and(|p| as_port(p).is_none())
+        {
+            return Err("health_check: invalid protocol or port".into());
+        }
+        check_range(hc, "check_interval_seconds", 3..=300, "health_check")?;
+        check_range(hc, "response_timeout_seconds", 3..=300, "health_check")?;
+        check_range(hc, "unhealthy_threshold", 2..=10, "health_check")?;
+        check_range(hc, "healthy_threshold", 2..=10, "health_check")?;
+    }
+    check_range(body, "http_idle_timeout_seconds", 30..=600, "load_balancer")?;
+    if let Some(ss) = obj.get("sticky_sessions").filter(|v| !v.is_null()) {
+        match ss["type"].as_str().unwrap_or("none") {
+            "none" => {}
+            "cookies" => {
+                if ss["cookie_name"].as_str().unwrap_or_default().is_empty()
+                    || ss["cookie_ttl_seconds"].as_i64().unwrap_or(0) <= 0
+                {
+                    return Err(
+                        "sticky_sessions: cookies need cookie_name and cookie_ttl_seconds".into(),
+                    );
+                }
+            }
+            other => return Err(format!("sticky_sessions: invalid type {other:?}")),
+        }
+    }
+    validate_firewall(obj)?;
+    validate_droplets(st, obj)
+}
+
+fn validate_size(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let slug = text(obj, "size");
+    if !slug.is_empty() && !["lb-small", "lb-medium", "lb-large"].contains(&slug) {
+        return Err(format!("size {slug:?} is not valid"));
+    }
+    let unit = obj.get("size_unit").and_then(Value::as_u64).unwrap_or(0);
+    if unit > 100 {
+        return Err("size_unit must be between 1 and 100".into());
+    }
+    if !slug.is_empty() && unit > 0 {
         return Err("only one of size and size_unit may be set".into());
     }
+    Ok(())
+}
+
+fn validate_rules(
+    st: &State,
+    obj: &serde_json::Map<String, Value>,
+    type_: &str,
+) -> Result<(), String> {
     let rules = obj
         .get("forwarding_rules")
         .and_then(Value::as_array)
@@ -468,44 +585,32 @@ fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), St
             }
         }
     }
-    if let Some(hc) = obj.get("health_check").filter(|v| !v.is_null()) {
-        let protocol = hc["protocol"].as_str().unwrap_or_default();
-        if !["http", "https", "tcp"].contains(&protocol) || as_port(&hc["port"]).is_none() {
-            return Err("health_check: invalid protocol or port".into());
-        }
-    }
-    if let Some(ss) = obj.get("sticky_sessions").filter(|v| !v.is_null()) {
-        match ss["type"].as_str().unwrap_or("none") {
-            "none" => {}
-            "cookies" => {
-                if ss["cookie_name"].as_str().unwrap_or_default().is_empty()
-                    || ss["cookie_ttl_seconds"].as_u64().unwrap_or(0) == 0
-                {
-                    return Err(
-                        "sticky_sessions: cookies need cookie_name and cookie_ttl_seconds".into(),
-                    );
-                }
-            }
-            other => return Err(format!("sticky_sessions: invalid type {other:?}")),
-        }
-    }
-    if let Some(fw) = obj.get("firewall").filter(|v| !v.is_null()) {
-        for list in ["allow", "deny"] {
-            for rule in fw[list].as_array().map(Vec::as_slice).unwrap_or_default() {
-                let r = rule.as_str().unwrap_or_default();
-                if !(r.starts_with("ip:") || r.starts_with("cidr:")) {
-                    return Err(format!("firewall: invalid rule {r:?}"));
-                }
+    Ok(())
+}
+
+fn validate_firewall(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let Some(fw) = obj.get("firewall").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    for list in ["allow", "deny"] {
+        for rule in fw[list].as_array().map(Vec::as_slice).unwrap_or_default() {
+            let r = rule.as_str().unwrap_or_default();
+            let valid = match r.split_once(':') {
+                Some(("ip", ip)) => ip.parse::<std::net::IpAddr>().is_ok(),
+                Some(("cidr", net)) => net.parse::<ipnet::IpNet>().is_ok(),
+                _ => false,
+            };
+            if !valid {
+                return Err(format!("firewall: invalid rule {r:?}"));
             }
         }
     }
+    Ok(())
+}
+
+fn validate_droplets(st: &State, obj: &serde_json::Map<String, Value>) -> Result<(), String> {
     let droplets = obj.get("droplet_ids").and_then(Value::as_array);
-    if droplets.is_some_and(|d| !d.is_empty())
-        && obj
-            .get("tag")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty())
-    {
+    if droplets.is_some_and(|d| !d.is_empty()) && !text(obj, "tag").is_empty() {
         return Err("only one of droplet_ids and tag may be set".into());
     }
     for id in droplets.map(Vec::as_slice).unwrap_or_default() {
@@ -516,15 +621,12 @@ fn validate(st: &State, body: &Value, existing: Option<&Value>) -> Result<(), St
     Ok(())
 }
 
-/// Fills the server-owned and defaulted fields of a load balancer from a request body.
-fn complete(mut lb: Value, existing: Option<&Value>) -> Value {
-    let defaults = [
+/// Fields a request may set, with the API's default for each when the request leaves it out (a `PUT`
+/// resets what it leaves out to these).
+fn defaults() -> [(&'static str, Value); 16] {
+    [
         ("type", json!("REGIONAL")),
-        (
-            "health_check",
-            json!({"protocol": "http", "port": 80, "path": "/", "check_interval_seconds": 10,
-            "response_timeout_seconds": 5, "healthy_threshold": 5, "unhealthy_threshold": 3}),
-        ),
+        ("health_check", json!({})),
         ("sticky_sessions", json!({"type": "none"})),
         ("droplet_ids", json!([])),
         ("tag", json!("")),
@@ -534,26 +636,116 @@ fn complete(mut lb: Value, existing: Option<&Value>) -> Value {
         ("enable_backend_keepalive", json!(false)),
         ("http_idle_timeout_seconds", json!(60)),
         ("disable_lets_encrypt_dns_records", json!(false)),
-        ("firewall", json!({"allow": [], "deny": []})),
+        ("firewall", json!({})),
         ("network", json!("EXTERNAL")),
         ("network_stack", json!("IPV4")),
-        ("algorithm", json!("round_robin")),
-    ];
-    for (k, v) in defaults {
-        if lb.get(k).is_none_or(Value::is_null) {
+        ("tls_cipher_policy", json!("DEFAULT")),
+        ("project_id", json!("9cc10173-e9ea-4176-9dbc-a4cee4c4ff30")),
+    ]
+}
+
+/// Treats JSON zero values like absent fields, as the API does for Go clients' omitted fields.
+fn is_unset(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+        Some(Value::String(s)) => s.is_empty(),
+        _ => false,
+    }
+}
+
+/// The health check with the API's defaults for what the request left out.
+fn complete_health_check(hc: &Value) -> Value {
+    let mut out = hc.clone();
+    for (key, default) in [
+        ("protocol", json!("http")),
+        ("port", json!(80)),
+        ("path", json!("/")),
+        ("check_interval_seconds", json!(10)),
+        ("response_timeout_seconds", json!(5)),
+        ("healthy_threshold", json!(3)),
+        ("unhealthy_threshold", json!(5)),
+    ] {
+        if is_unset(out.get(key)) {
+            out[key] = default;
+        }
+    }
+    out
+}
+
+/// The nodes of a size slug.
+fn slug_units(slug: &str) -> Option<u64> {
+    match slug {
+        "lb-small" => Some(1),
+        "lb-medium" => Some(3),
+        "lb-large" => Some(6),
+        _ => None,
+    }
+}
+
+/// The slug of a size in nodes, when there is one.
+fn units_slug(units: u64) -> Option<&'static str> {
+    match units {
+        1 => Some("lb-small"),
+        3 => Some("lb-medium"),
+        6 => Some("lb-large"),
+        _ => None,
+    }
+}
+
+/// Fills the defaulted fields of a load balancer from a request body, as the API answers them.
+fn complete(mut lb: Value) -> Value {
+    for (k, v) in defaults() {
+        if is_unset(lb.get(k)) {
             lb[k] = v;
         }
     }
-    if lb.get("size").is_none_or(Value::is_null) && lb.get("size_unit").is_none_or(Value::is_null) {
-        lb["size_unit"] = existing.map_or(json!(1), |e| e["size_unit"].clone());
+    lb["health_check"] = complete_health_check(&lb["health_check"]);
+    for list in ["allow", "deny"] {
+        if lb["firewall"].get(list).is_none_or(Value::is_null) {
+            lb["firewall"][list] = json!([]);
+        }
     }
+    for rule in lb["forwarding_rules"]
+        .as_array_mut()
+        .map(Vec::as_mut_slice)
+        .unwrap_or_default()
+    {
+        if is_unset(rule.get("certificate_id")) {
+            rule["certificate_id"] = json!("");
+        }
+        if rule.get("tls_passthrough").is_none_or(Value::is_null) {
+            rule["tls_passthrough"] = json!(false);
+        }
+    }
+    let mut droplets: Vec<u64> = lb["droplet_ids"]
+        .as_array()
+        .map(|ids| ids.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    droplets.sort_unstable();
+    droplets.dedup();
+    lb["droplet_ids"] = json!(droplets);
+    let slug = lb["size"].as_str().unwrap_or_default().to_string();
+    let units = match slug_units(&slug) {
+        Some(n) => n,
+        None => lb["size_unit"].as_u64().filter(|n| *n > 0).unwrap_or(1),
+    };
+    lb["size_unit"] = json!(units);
+    lb["size"] = units_slug(units).map_or(Value::Null, |s| json!(s));
+    if lb["size"].is_null()
+        && let Some(obj) = lb.as_object_mut()
+    {
+        obj.remove("size");
+    }
+    // The algorithm is deprecated: whatever is asked, the API answers round_robin.
+    lb["algorithm"] = json!("round_robin");
     lb
 }
 
 pub(crate) fn new_load_balancer(st: &mut State, body: Value) -> Value {
     let n = st.next_id();
     let region = body["region"].as_str().unwrap_or_default().to_string();
-    let mut lb = complete(body, None);
+    let mut lb = complete(body);
     let internal = lb["network"] == json!("INTERNAL");
     let requested_ip = lb["ip"]
         .as_str()
@@ -565,12 +757,12 @@ pub(crate) fn new_load_balancer(st: &mut State, body: Value) -> Value {
         format!("203.0.{}.{}", (n / 250) % 250 + 113, n % 250 + 1)
     }));
     if lb["network_stack"] == json!("DUALSTACK") {
-        lb["ipv6"] = json!(format!("2001:db8:5::{n:x}"));
+        lb["ipv6"] = json!(format!("2001:db8:5::{:x}:{:x}", n >> 16, n & 0xffff));
     }
     lb["id"] = json!(uuid_like(n));
     lb["created_at"] = json!(timestamp());
     lb["region"] = region_json(&region);
-    if lb.get("vpc_uuid").is_none_or(Value::is_null) {
+    if is_unset(lb.get("vpc_uuid")) {
         lb["vpc_uuid"] = json!(format!("vpc-{region}"));
     }
     lb
@@ -625,14 +817,28 @@ fn update_load_balancer(st: &mut State, id: &str, body: &[u8]) -> Answer {
     if let Err(m) = validate(st, &body, Some(&existing)) {
         return Answer::unprocessable(m);
     }
-    let mut lb = complete(body, Some(&existing));
-    for key in ["id", "ip", "ipv6", "status", "created_at", "region"] {
-        if let Some(v) = existing.get(key) {
-            lb[key] = v.clone();
+    let mut lb = complete(body);
+    // Server-owned and creation-only fields stay; tags can only be set at creation.
+    for key in [
+        "id",
+        "ip",
+        "ipv6",
+        "status",
+        "created_at",
+        "region",
+        "tags",
+        "vpc_uuid",
+        "subnet_uuid",
+        "project_id",
+    ] {
+        match existing.get(key) {
+            Some(v) => lb[key] = v.clone(),
+            None => {
+                if let Some(obj) = lb.as_object_mut() {
+                    obj.remove(key);
+                }
+            }
         }
-    }
-    if lb.get("vpc_uuid").is_none_or(Value::is_null) {
-        lb["vpc_uuid"] = existing["vpc_uuid"].clone();
     }
     if let Some(stored) = st.load_balancers.get_mut(id) {
         stored.value = lb.clone();

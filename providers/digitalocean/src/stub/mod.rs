@@ -10,9 +10,16 @@
 //! count API calls. `GET /metadata/v1/region` plays the droplet metadata service.
 //!
 //! Load balancers are validated like the API does (names, regions, protocols, ports, certificates,
-//! droplets, immutable type) and get an ID, an IP address and a status: `active` at once, or `new` until
-//! they have been read a configured number of times ([`DoStubBuilder::activate_after_reads`]). Cloud
-//! firewalls are kept and validated too (create, get, list, update, delete, tags).
+//! droplets, health-check and idle-timeout ranges, sizes, firewall rules, immutable type, network,
+//! network stack, region and VPC) and get an ID, an IP address (and an IPv6 one when dual-stack) and a
+//! status: `active` at once, or `new` until they have been read a configured number of times
+//! ([`DoStubBuilder::activate_after_reads`]). As the API, the stub completes what a request leaves out
+//! with the documented defaults (health check, sticky sessions, size, idle timeout, firewall, network,
+//! network stack, TLS cipher policy, ...) and answers the response-only fields (`algorithm`, `size` next
+//! to `size_unit`, `region` as an object, `vpc_uuid`, `project_id`, `created_at`). A `PUT` replaces the
+//! load balancer: what it leaves out goes back to the defaults, except the creation-only `tags`, `ip`
+//! and `vpc_uuid`. Mutating requests are recorded with their bodies ([`DoStub::mutations`]). Cloud firewalls
+//! are kept and validated too (create, get, list, update, delete, tags).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -198,6 +205,15 @@ pub struct RecordedRequest {
     pub query: String,
     /// The status answered.
     pub status: u16,
+    /// The body of a mutating request (POST, PUT, PATCH, DELETE), when it had one.
+    pub body: Option<String>,
+}
+
+impl RecordedRequest {
+    /// True for POST, PUT, PATCH and DELETE.
+    pub fn is_mutating(&self) -> bool {
+        matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+    }
 }
 
 pub(crate) struct StubLb {
@@ -435,7 +451,7 @@ impl DoStub {
             .unwrap_or_else(|| format!("198.51.{m}.{n}"));
         let v6 = spec
             .public_ipv6
-            .unwrap_or_else(|| format!("2604:a880:400:d1::{id:x}"));
+            .unwrap_or_else(|| format!("2604:a880:400:d1::{:x}:{:x}", id >> 16, id & 0xffff));
         let mut v4 = Vec::new();
         if !public.is_empty() {
             v4.push(json!({"ip_address": public, "netmask": "255.255.240.0", "gateway": "198.51.0.1", "type": "public"}));
@@ -557,10 +573,18 @@ impl DoStub {
             .map(|lb| lb.value.clone())
     }
 
-    /// Creates an active load balancer directly (as if made outside the cluster); `body` is a create
-    /// request body. Returns its ID.
+    /// Creates an active load balancer directly (as if made outside the cluster, e.g. by another
+    /// controller); `body` is a create request body, which the stub validates and completes like the API
+    /// does. Returns its ID.
+    ///
+    /// # Panics
+    ///
+    /// When the API would refuse `body`, naming why.
     pub fn insert_load_balancer(&self, body: Value) -> String {
         let mut st = self.state.lock();
+        if let Err(why) = handlers::validate(&st, &body, None) {
+            panic!("the DigitalOcean API would refuse this load balancer: {why}");
+        }
         let mut lb = handlers::new_load_balancer(&mut st, body);
         lb["status"] = json!("active");
         let id = lb["id"].as_str().unwrap_or_default().to_string();
@@ -641,6 +665,17 @@ impl DoStub {
             .iter()
             .filter(|r| r.method == method && r.path == path)
             .count()
+    }
+
+    /// The mutating requests (POST, PUT, PATCH, DELETE) whose path starts with `prefix`, with their bodies.
+    pub fn mutations(&self, prefix: &str) -> Vec<RecordedRequest> {
+        self.state
+            .lock()
+            .requests
+            .iter()
+            .filter(|r| r.is_mutating() && r.path.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     /// Requests with this method whose path starts with `prefix`.

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec,
+};
 use provider_digitalocean::stub::DoStub;
 use provider_digitalocean::{AccessToken, DigitalOceanCloud, DoConfig, RetryPolicy};
 
@@ -36,8 +38,8 @@ pub fn cloud_with(stub: &DoStub, adjust: impl FnOnce(&mut DoConfig)) -> DigitalO
     DigitalOceanCloud::new(config).unwrap()
 }
 
-/// A node with an optional provider ID.
-pub fn node(name: &str, provider_id: Option<&str>) -> Node {
+/// A node with an optional provider ID and no address (it backs no external load balancer).
+pub fn bare_node(name: &str, provider_id: Option<&str>) -> Node {
     let mut n = Node::default();
     n.metadata.name = Some(name.into());
     n.spec = Some(NodeSpec {
@@ -47,9 +49,56 @@ pub fn node(name: &str, provider_id: Option<&str>) -> Node {
     n
 }
 
-/// A node whose provider ID names droplet `id`.
+/// `node` with the given `(type, address)` pairs.
+pub fn with_addresses(mut node: Node, addresses: &[(&str, &str)]) -> Node {
+    node.status = Some(NodeStatus {
+        addresses: Some(
+            addresses
+                .iter()
+                .map(|(t, a)| NodeAddress {
+                    type_: t.to_string(),
+                    address: a.to_string(),
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    });
+    node
+}
+
+/// A node with an optional provider ID and IPv4 addresses as the node controller sets them (a private
+/// `InternalIP` and a public `ExternalIP` derived from the name).
+pub fn node(name: &str, provider_id: Option<&str>) -> Node {
+    let n = name
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+        % 250
+        + 1;
+    with_addresses(
+        bare_node(name, provider_id),
+        &[
+            ("Hostname", name),
+            ("InternalIP", &format!("10.110.0.{n}")),
+            ("ExternalIP", &format!("198.51.100.{n}")),
+        ],
+    )
+}
+
+/// A node whose provider ID names droplet `id`, with IPv4 addresses.
 pub fn droplet_node(name: &str, id: u64) -> Node {
     node(name, Some(&format!("digitalocean://{id}")))
+}
+
+/// A node whose provider ID names droplet `id`, with IPv4 and IPv6 addresses.
+pub fn dual_stack_node(name: &str, id: u64) -> Node {
+    let mut node = droplet_node(name, id);
+    if let Some(addresses) = node.status.as_mut().and_then(|s| s.addresses.as_mut()) {
+        addresses.push(NodeAddress {
+            type_: "ExternalIP".into(),
+            address: format!("2604:a880:400:d1::{:x}:{:x}", id >> 16, id & 0xffff),
+        });
+    }
+    node
 }
 
 /// A TCP service port.
