@@ -13,6 +13,10 @@
 //!   `POST`, `PUT`, `PATCH` or `DELETE` on `/v2/load_balancers`, and no Service is patched (but for the
 //!   certificate annotation upstream itself rewrites after a Let's Encrypt renewal). A failure names the
 //!   fields our `PUT` would have changed.
+//! - `takeover_through_the_controllers_makes_no_mutating_call`: the same on the daemon's run path, the
+//!   service and firewall controllers starting on a converged upstream cluster (the cases that share one
+//!   node set, a NodePort Service, and the public-access firewall upstream keeps for them): no create,
+//!   update or delete of a load balancer or a firewall.
 
 mod support;
 
@@ -714,5 +718,206 @@ async fn takeover_makes_no_mutating_call() {
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     assert_eq!(env.stub.load_balancers(), lbs_before);
+    apiserver.shutdown().await;
+}
+
+/// The public-access firewall upstream's firewall controller keeps for these Services, written out from
+/// upstream's `createReconciledFirewallRequest`: a NodePort Service's node ports open to everyone; an
+/// external `REGIONAL_NETWORK` load balancer's service ports open to everyone and its health-check port
+/// (kube-proxy's, or the health-check node port with `externalTrafficPolicy: Local`) open to the load
+/// balancer; outbound everything.
+fn upstream_firewall(services: &[Service], load_balancers: &[(Service, Value)]) -> Value {
+    let everywhere = json!({"addresses": ["0.0.0.0/0", "::/0"]});
+    let mut inbound = Vec::new();
+    let mut open = std::collections::BTreeSet::new();
+    for service in services {
+        let spec = service.spec.clone().unwrap_or_default();
+        if spec.type_.as_deref() == Some("NodePort") {
+            for p in spec.ports.unwrap_or_default() {
+                let protocol = p.protocol.as_deref().unwrap_or("TCP").to_lowercase();
+                let ports = p.node_port.unwrap().to_string();
+                inbound.push(json!({"protocol": protocol, "ports": ports, "sources": everywhere}));
+            }
+        }
+    }
+    for (service, lb) in load_balancers {
+        if lb["type"] != "REGIONAL_NETWORK" || lb["network"] != "EXTERNAL" {
+            continue;
+        }
+        let spec = service.spec.clone().unwrap_or_default();
+        let health_port = match (
+            spec.external_traffic_policy.as_deref(),
+            spec.health_check_node_port,
+        ) {
+            (Some("Local"), Some(port)) if port != 0 => port,
+            _ => 10256,
+        };
+        let id = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_LOAD_BALANCER_ID));
+        match id {
+            Some(id) => inbound.push(json!({
+                "protocol": "tcp", "ports": health_port.to_string(), "sources": {"load_balancer_uids": [id]},
+            })),
+            None => {
+                open.insert(("tcp".to_string(), health_port));
+            }
+        }
+        for p in spec.ports.unwrap_or_default() {
+            open.insert((
+                p.protocol.as_deref().unwrap_or("TCP").to_lowercase(),
+                p.port,
+            ));
+        }
+    }
+    for (protocol, port) in open {
+        inbound
+            .push(json!({"protocol": protocol, "ports": port.to_string(), "sources": everywhere}));
+    }
+    json!({
+        "name": "k8s-c-1-public-access",
+        "inbound_rules": inbound,
+        "outbound_rules": [
+            {"protocol": "tcp", "ports": "all", "destinations": everywhere},
+            {"protocol": "udp", "ports": "all", "destinations": everywhere},
+            {"protocol": "icmp", "destinations": everywhere},
+        ],
+        "droplet_ids": null,
+        "tags": ["k8s:c-1:worker"],
+    })
+}
+
+/// The whole takeover on the daemon's run path: the service and firewall controllers start on a cluster
+/// upstream ran (every load balancer of the cases that share one node set, a NodePort Service, and the
+/// public-access firewall upstream keeps for them) and sync every Service; the DigitalOcean API sees no
+/// create, update or delete of a load balancer or a firewall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_through_the_controllers_makes_no_mutating_call() {
+    use cloud_controllers::{
+        ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
+        run_with_provider_controllers,
+    };
+    use cloud_provider::CloudProvider;
+    use k8s_openapi::api::events::v1::Event;
+
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let env = Env::new().await;
+    // A cluster upstream has converged: every Service carries the load-balancer ID upstream wrote.
+    let shared = cases(&env)
+        .into_iter()
+        .filter(|c| !c.dual_stack && !c.nameless_node)
+        .map(|c| Case {
+            annotated_id: true,
+            ..c
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        shared.len() >= 7,
+        "too few cases share one node set: {}",
+        shared.len()
+    );
+    for node in env.nodes(&shared[0]) {
+        let status = json!({"status": node.status});
+        let name = node.metadata.name.clone().unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        nodes
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+    let mut seeded = Vec::new();
+    let mut load_balancers = Vec::new();
+    for case in &shared {
+        let s = seed(&env, &services, case).await;
+        load_balancers.push((s.service.clone(), env.stub.load_balancer(&s.lb_id).unwrap()));
+        seeded.push(s.service);
+    }
+    let mut node_port = service("plain-nodeport", &[], vec![port("http", 80, 30999, "TCP")]);
+    node_port.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+    seeded.push(
+        services
+            .create(&PostParams::default(), &node_port)
+            .await
+            .unwrap(),
+    );
+    env.stub
+        .insert_firewall(upstream_firewall(&seeded, &load_balancers));
+    let lbs_before = env.stub.load_balancers();
+    let firewalls_before = env.stub.firewalls();
+    env.stub.clear_requests();
+
+    let cloud = cloud_with(&env.stub, |c| {
+        c.cluster_vpc_id = Some("vpc-cluster".into());
+        c.public_access_firewall = Some(provider_digitalocean::PublicAccessFirewall {
+            name: "k8s-c-1-public-access".into(),
+            tags: vec!["k8s:c-1:worker".into()],
+        });
+    });
+    cloud.initialize(client.clone()).await.unwrap();
+    let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(cloud);
+    let context = ControllerContext {
+        client: client.clone(),
+        event_client: client.clone(),
+        cloud: cloud.clone(),
+        config: std::sync::Arc::new(ControllerConfig::default()),
+        metrics: ControllerMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        health: HealthRegistry::new(),
+        identity: "takeover_0".into(),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let controllers = tokio::spawn(run_with_provider_controllers(
+        context,
+        &[ControllerName::ServiceLb],
+        cloud.controllers(),
+        shutdown.clone(),
+    ));
+
+    // Every load-balancer Service is ensured once, and the firewall is read and compared.
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ensured = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("EnsuredLoadBalancer"))
+            .count();
+        let firewall_read = env.stub.count_prefix("GET", "/v2/firewalls") > 0;
+        if ensured >= shared.len() && firewall_read {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{ensured} of {} load balancers ensured, firewall read: {firewall_read}; requests: {:#?}",
+            shared.len(),
+            env.stub.requests()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A moment for any write that would follow.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    shutdown.cancel();
+    controllers.await.unwrap().unwrap();
+
+    let mut failures = Vec::new();
+    for path in [LB_PATH, "/v2/firewalls"] {
+        let mutations = env.stub.mutations(path);
+        if !mutations.is_empty() {
+            failures.push(describe_mutations(&env, &lbs_before, &mutations));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+    assert_eq!(env.stub.load_balancers(), lbs_before);
+    assert_eq!(env.stub.firewalls(), firewalls_before);
     apiserver.shutdown().await;
 }
