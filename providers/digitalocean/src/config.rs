@@ -17,6 +17,7 @@
 //! | `PUBLIC_ACCESS_FIREWALL_NAME` | `publicAccessFirewallName` | name of the public-access firewall (firewall controller) |
 //! | `PUBLIC_ACCESS_FIREWALL_TAGS` | `publicAccessFirewallTags` | its tags, comma-separated (both or neither)     |
 //! |                         | `metadataURL`            | metadata service base URL                             |
+//! |                         | `ipModeProxy`            | `ipMode: Proxy` for terminating load balancers (default true) |
 //! |                         | `dropletCacheTTLSeconds` | how long the droplet list is trusted (default 30)     |
 //! |                         | `maxRetries`             | retries of a throttled or failed API call (default 5) |
 //! |                         | `requestTimeoutSeconds`  | timeout of one API request (default 30)               |
@@ -295,6 +296,10 @@ pub struct DoConfig {
     pub retry: RetryPolicy,
     /// Timeout of one API request.
     pub request_timeout: Duration,
+    /// Whether load balancers that terminate HTTP/TLS or send the PROXY protocol get `ipMode: Proxy` in the
+    /// Service status (default), so that kube-proxy sends in-cluster traffic through them; `false` reports
+    /// `VIP` for every load balancer, as upstream (which leaves the API server's default).
+    pub ip_mode_proxy: bool,
     /// The public-access firewall to manage; `None`: the firewall controller does not run.
     pub public_access_firewall: Option<PublicAccessFirewall>,
 }
@@ -321,6 +326,8 @@ struct FileConfig {
     droplet_cache_ttl_seconds: Option<u64>,
     max_retries: Option<u32>,
     request_timeout_seconds: Option<u64>,
+    #[serde(rename = "ipModeProxy")]
+    ip_mode_proxy: Option<bool>,
     public_access_firewall_name: Option<String>,
     public_access_firewall_tags: Option<String>,
 }
@@ -342,6 +349,7 @@ impl DoConfig {
             droplet_miss_refresh_interval: DEFAULT_DROPLET_MISS_REFRESH_INTERVAL,
             retry: RetryPolicy::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            ip_mode_proxy: true,
             public_access_firewall: None,
         })
     }
@@ -422,6 +430,9 @@ impl DoConfig {
             }
             config.request_timeout = Duration::from_secs(secs);
         }
+        if let Some(proxy) = file.ip_mode_proxy {
+            config.ip_mode_proxy = proxy;
+        }
         config.public_access_firewall = PublicAccessFirewall::from_settings(
             pick(
                 ENV_PUBLIC_ACCESS_FIREWALL_NAME,
@@ -499,6 +510,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(from_file.public_access_firewall.unwrap().tags, ["k8s"]);
+        assert!(from_file.ip_mode_proxy);
+        let upstream_ip_mode =
+            DoConfig::from_sources(Some(b"accessToken: t\nipModeProxy: false\n"), env_of(&[]))
+                .unwrap();
+        assert!(!upstream_ip_mode.ip_mode_proxy);
         for (pairs, variable) in [
             (
                 vec![(ENV_PUBLIC_ACCESS_FIREWALL_NAME, "fw")],

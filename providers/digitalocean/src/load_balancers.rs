@@ -119,8 +119,13 @@ pub fn ingress_of(
         .collect()
 }
 
-/// The status to report for an ensured load balancer, or the error asking to wait.
-pub fn ensured_status(lb: &LoadBalancer, hostname: Option<&str>) -> Result<LoadBalancerStatus> {
+/// The status to report for an ensured load balancer, or the error asking to wait. `ip_mode_proxy`
+/// (the `ipModeProxy` setting) allows `ipMode: Proxy` for load balancers that terminate traffic.
+pub fn ensured_status(
+    lb: &LoadBalancer,
+    hostname: Option<&str>,
+    ip_mode_proxy: bool,
+) -> Result<LoadBalancerStatus> {
     match lb.status.as_str() {
         LB_STATUS_ACTIVE => {}
         LB_STATUS_NEW => {
@@ -136,7 +141,7 @@ pub fn ensured_status(lb: &LoadBalancer, hostname: Option<&str>) -> Result<LoadB
             )));
         }
     }
-    let ingress = ingress_of(lb, hostname, proxies_traffic(lb));
+    let ingress = ingress_of(lb, hostname, ip_mode_proxy && proxies_traffic(lb));
     if ingress.is_empty() {
         return Err(CloudError::retry(
             format!(
@@ -560,7 +565,7 @@ impl LoadBalancerCapability for DigitalOceanCloud {
             ingress: Some(ingress_of(
                 &lb,
                 hostname(service).as_deref(),
-                proxies_traffic(&lb),
+                self.config.ip_mode_proxy && proxies_traffic(&lb),
             )),
         }))
     }
@@ -606,7 +611,7 @@ impl LoadBalancerCapability for DigitalOceanCloud {
             }
             None => self.create_load_balancer(service, &spec, &backends).await?,
         };
-        ensured_status(&lb, hostname(service).as_deref())
+        ensured_status(&lb, hostname(service).as_deref(), self.config.ip_mode_proxy)
     }
 
     async fn update_load_balancer(
@@ -679,7 +684,12 @@ mod tests {
 
     #[test]
     fn status_of_active_load_balancers() {
-        let st = ensured_status(&lb("active", "203.0.113.5", Some("2001:db8::5")), None).unwrap();
+        let st = ensured_status(
+            &lb("active", "203.0.113.5", Some("2001:db8::5")),
+            None,
+            true,
+        )
+        .unwrap();
         let ingress = st.ingress.unwrap();
         assert_eq!(ingress.len(), 2);
         assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.5"));
@@ -689,9 +699,12 @@ mod tests {
             enable_proxy_protocol: true,
             ..lb("active", "203.0.113.5", None)
         };
-        let st = ensured_status(&proxied, None).unwrap();
+        let st = ensured_status(&proxied, None, true).unwrap();
         assert_eq!(st.ingress.unwrap()[0].ip_mode.as_deref(), Some("Proxy"));
-        let st = ensured_status(&proxied, Some("lb.example.com")).unwrap();
+        // With `ipModeProxy: false`, as upstream: the API server's default.
+        let st = ensured_status(&proxied, None, false).unwrap();
+        assert_eq!(st.ingress.unwrap()[0].ip_mode.as_deref(), Some("VIP"));
+        let st = ensured_status(&proxied, Some("lb.example.com"), true).unwrap();
         let ingress = st.ingress.unwrap();
         assert_eq!(ingress.len(), 1);
         assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
@@ -730,12 +743,12 @@ mod tests {
 
     #[test]
     fn new_load_balancers_are_retried_and_errored_ones_fail() {
-        let err = ensured_status(&lb("new", "", None), None).unwrap_err();
+        let err = ensured_status(&lb("new", "", None), None, true).unwrap_err();
         assert_eq!(err.retry_after(), Some(Duration::from_secs(15)));
-        let err = ensured_status(&lb("errored", "1.2.3.4", None), None).unwrap_err();
+        let err = ensured_status(&lb("errored", "1.2.3.4", None), None, true).unwrap_err();
         assert_eq!(err.retry_after(), None);
         assert!(err.to_string().contains("errored"), "{err}");
-        let err = ensured_status(&lb("active", "", None), None).unwrap_err();
+        let err = ensured_status(&lb("active", "", None), None, true).unwrap_err();
         assert_eq!(err.retry_after(), Some(Duration::from_secs(15)));
     }
 }
