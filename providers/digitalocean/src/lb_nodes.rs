@@ -131,12 +131,13 @@ pub fn format_node_names(nodes: &[&Node], max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::annotations::NETWORK_EXTERNAL;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
 
-    fn node(name: &str, addresses: &[(&str, &str)]) -> Node {
+    /// A node named `name` with these `(type, address)` pairs (also used by `lb_spec`'s tests).
+    pub(crate) fn node(name: &str, addresses: &[(&str, &str)]) -> Node {
         let mut n = Node::default();
         n.metadata.name = Some(name.into());
         n.status = Some(NodeStatus {

@@ -783,7 +783,7 @@ mod tests {
     use super::*;
     use crate::annotations::NETWORK_EXTERNAL;
     use crate::lb_nodes::select_nodes;
-    use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Node, ServiceSpec};
 
     fn port(port: i32, node_port: i32, protocol: &str) -> ServicePort {
         ServicePort {
@@ -821,21 +821,7 @@ mod tests {
     }
 
     fn node(addresses: &[(&str, &str)]) -> Node {
-        let mut n = Node::default();
-        n.metadata.name = Some(format!("n{}", addresses.len()));
-        n.status = Some(NodeStatus {
-            addresses: Some(
-                addresses
-                    .iter()
-                    .map(|(t, a)| NodeAddress {
-                        type_: t.to_string(),
-                        address: a.to_string(),
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        });
-        n
+        crate::lb_nodes::tests::node(&format!("n{}", addresses.len()), addresses)
     }
 
     fn v4_nodes() -> Vec<Node> {

@@ -41,7 +41,7 @@ use crate::api::{
 use crate::client::ApiError;
 use crate::cloud::DigitalOceanCloud;
 use crate::config::LbType;
-use crate::droplets::{DropletRef, PROVIDER_NAME, droplet_id_from_provider_id};
+use crate::droplets::{DropletRef, PROVIDER_NAME, droplet_ref_of};
 use crate::lb_diff::differences;
 use crate::lb_nodes::select_nodes;
 use crate::lb_spec::{LbSpec, Placement, SpecError, build_spec};
@@ -214,14 +214,9 @@ impl DigitalOceanCloud {
         let mut ids = Vec::with_capacity(nodes.len());
         let mut by_name = Vec::new();
         for node in nodes {
-            let provider_id = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .filter(|p| !p.is_empty());
-            match provider_id {
-                Some(pid) => ids.push(droplet_id_from_provider_id(pid)?),
-                None => by_name.push(node.metadata.name.clone().unwrap_or_default()),
+            match droplet_ref_of(node)? {
+                DropletRef::Id(id) => ids.push(id),
+                DropletRef::Name(name) => by_name.push(name),
             }
         }
         if !by_name.is_empty() {
