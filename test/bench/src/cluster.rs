@@ -1,15 +1,18 @@
-//! The cluster under the daemon: the in-memory API server (`test_apiserver`) running in the benchmark's
-//! process, with a separate identity for the daemon so that its requests can be told apart from the
-//! benchmark's own (workload creation, the completion watches).
-//!
-//! The server is sized so that it is not what limits the daemon: a long watch history and deep watch
-//! buffers (a slow watcher is never cut off during a burst), and a request log large enough for a whole
-//! scenario.
+//! The cluster under the daemon, with a separate identity for the daemon so that its requests can be told
+//! apart from the benchmark's own (workload creation, the completion watches). Either
+//! - the in-memory API server (`test_apiserver`) running in the benchmark's process, sized so that it is
+//!   not what limits the daemon: a long watch history and deep watch buffers (a slow watcher is never cut
+//!   off during a burst), and a request log large enough for a whole scenario; the daemon's requests are
+//!   read from that log; or
+//! - a real control plane (`hack/realkube`: etcd, kube-apiserver, kube-controller-manager), started fresh
+//!   for the scenario; the daemon runs as the ServiceAccount `kube-system/cloud-controller-manager` (bound
+//!   to `cluster-admin`: the benchmark measures speed, the RBAC is tested elsewhere) and its requests are
+//!   read from the API server's audit log.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
@@ -31,14 +34,29 @@ pub type RequestCounts = BTreeMap<(String, String, String), u64>;
 
 /// A running API server plus the kubeconfig the daemon uses.
 pub struct Cluster {
-    server: TestApiServer,
+    backend: Backend,
     client: kube::Client,
     daemon_kubeconfig: PathBuf,
 }
 
+/// Which API server.
+enum Backend {
+    InMemory(TestApiServer),
+    Real(RealControlPlane),
+}
+
 impl Cluster {
+    /// Starts the cluster in `dir`: a real control plane with the `realkube` binary when given, else the
+    /// in-memory API server.
+    pub async fn start(dir: &Path, realkube: Option<&Path>) -> anyhow::Result<Cluster> {
+        match realkube {
+            Some(realkube) => Self::start_real(dir, realkube).await,
+            None => Self::start_in_memory(dir).await,
+        }
+    }
+
     /// Starts the API server (HTTPS, like a real one) and writes the daemon's kubeconfig into `dir`.
-    pub async fn start(dir: &Path) -> anyhow::Result<Cluster> {
+    async fn start_in_memory(dir: &Path) -> anyhow::Result<Cluster> {
         let server = TestApiServer::builder()
             .history_window(HISTORY_WINDOW)
             .watch_channel_capacity(WATCH_BUFFER)
@@ -64,9 +82,25 @@ impl Cluster {
         std::fs::write(&daemon_kubeconfig, yaml)
             .with_context(|| format!("cannot write {}", daemon_kubeconfig.display()))?;
         Ok(Cluster {
-            server,
+            backend: Backend::InMemory(server),
             client,
             daemon_kubeconfig,
+        })
+    }
+
+    /// Starts a real control plane in `dir/cluster` (`realkube up`) with the daemon's ServiceAccount.
+    async fn start_real(dir: &Path, realkube: &Path) -> anyhow::Result<Cluster> {
+        let plane = RealControlPlane::up(realkube, dir).await?;
+        let kubeconfig = kube::config::Kubeconfig::read_from(plane.dir.join("admin.kubeconfig"))
+            .context("cannot read the admin kubeconfig")?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .context("cannot use the admin kubeconfig")?;
+        let client = kube::Client::try_from(config).context("cannot build the admin client")?;
+        Ok(Cluster {
+            daemon_kubeconfig: plane.dir.join("cloud-controller-manager.kubeconfig"),
+            backend: Backend::Real(plane),
+            client,
         })
     }
 
@@ -83,11 +117,20 @@ impl Cluster {
     /// The daemon's requests since the last [`Cluster::clear_requests`], by (verb, resource, subresource).
     pub fn daemon_requests(&self) -> RequestCounts {
         let mut counts = RequestCounts::new();
-        for record in self.server.controls().request_log() {
-            if record.user == DAEMON_USER {
-                *counts
-                    .entry((record.verb, record.resource, record.subresource))
-                    .or_insert(0) += 1;
+        match &self.backend {
+            Backend::InMemory(server) => {
+                for record in server.controls().request_log() {
+                    if record.user == DAEMON_USER {
+                        *counts
+                            .entry((record.verb, record.resource, record.subresource))
+                            .or_insert(0) += 1;
+                    }
+                }
+            }
+            Backend::Real(plane) => {
+                for request in plane.daemon_requests() {
+                    *counts.entry(request).or_insert(0) += 1;
+                }
             }
         }
         counts
@@ -95,16 +138,25 @@ impl Cluster {
 
     /// Whether the daemon has opened a watch on `resource` (its informer listed it completely).
     pub fn daemon_watches(&self, resource: &str) -> bool {
-        self.server
-            .controls()
-            .request_log()
-            .iter()
-            .any(|r| r.user == DAEMON_USER && r.verb == "watch" && r.resource == resource)
+        match &self.backend {
+            Backend::InMemory(server) => server
+                .controls()
+                .request_log()
+                .iter()
+                .any(|r| r.user == DAEMON_USER && r.verb == "watch" && r.resource == resource),
+            Backend::Real(plane) => plane
+                .daemon_requests()
+                .iter()
+                .any(|(verb, r, _)| verb == "watch" && r == resource),
+        }
     }
 
     /// Forgets the requests served so far.
     pub fn clear_requests(&self) {
-        self.server.controls().clear_request_log();
+        match &self.backend {
+            Backend::InMemory(server) => server.controls().clear_request_log(),
+            Backend::Real(plane) => plane.clear_requests(),
+        }
     }
 
     /// Event occurrences stored (an aggregated event counts its `count`), and Event objects stored.
@@ -124,8 +176,138 @@ impl Cluster {
 
     /// Stops the server.
     pub async fn shutdown(self) {
-        self.server.shutdown().await;
+        match self.backend {
+            Backend::InMemory(server) => server.shutdown().await,
+            Backend::Real(plane) => plane.down().await,
+        }
     }
+}
+
+/// The cluster-admin binding of the daemon's ServiceAccount.
+const DAEMON_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: ccm-bench-daemon
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: cluster-admin
+subjects:
+  - kind: ServiceAccount
+    name: cloud-controller-manager
+    namespace: kube-system
+";
+
+/// A control plane started by `realkube up`, and how far its audit log has been read.
+struct RealControlPlane {
+    realkube: PathBuf,
+    dir: PathBuf,
+    /// Where the requests since the last [`RealControlPlane::clear_requests`] start in the audit log.
+    audit_from: std::sync::atomic::AtomicU64,
+}
+
+impl RealControlPlane {
+    /// `realkube up` in `work/cluster`.
+    async fn up(realkube: &Path, work: &Path) -> anyhow::Result<RealControlPlane> {
+        let dir = work.join("cluster");
+        let binding = work.join("daemon-binding.yaml");
+        std::fs::write(&binding, DAEMON_BINDING)
+            .with_context(|| format!("cannot write {}", binding.display()))?;
+        let output = tokio::process::Command::new(realkube)
+            .arg("up")
+            .arg(format!("--dir={}", dir.display()))
+            .arg(format!("--manifest={}", binding.display()))
+            .arg("--service-account=kube-system/cloud-controller-manager")
+            .output()
+            .await
+            .with_context(|| format!("cannot run {}", realkube.display()))?;
+        if !output.status.success() {
+            bail!(
+                "realkube up failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let plane = RealControlPlane {
+            realkube: realkube.to_path_buf(),
+            dir,
+            audit_from: Default::default(),
+        };
+        plane.clear_requests();
+        Ok(plane)
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// The daemon's requests in the audit log since the last clear, as (verb, resource, subresource): a
+    /// request counts once it completed, a watch once it started.
+    fn daemon_requests(&self) -> Vec<(String, String, String)> {
+        let from = self.audit_from.load(std::sync::atomic::Ordering::SeqCst);
+        let Ok(bytes) = std::fs::read(self.audit_log()) else {
+            return Vec::new();
+        };
+        let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+        bytes[start..]
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<AuditEvent>(line).ok())
+            .filter(|e| e.user.username == DAEMON_USER)
+            .filter(|e| {
+                let counted_stage = if e.verb == "watch" {
+                    "ResponseStarted"
+                } else {
+                    "ResponseComplete"
+                };
+                e.stage == counted_stage
+            })
+            .map(|e| {
+                let object = e.object_ref.unwrap_or_default();
+                (e.verb, object.resource, object.subresource)
+            })
+            .collect()
+    }
+
+    fn clear_requests(&self) {
+        let len = std::fs::metadata(self.audit_log()).map_or(0, |m| m.len());
+        self.audit_from
+            .store(len, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    async fn down(self) {
+        let result = tokio::process::Command::new(&self.realkube)
+            .arg("down")
+            .arg(format!("--dir={}", self.dir.display()))
+            .output()
+            .await;
+        if let Err(err) = result {
+            eprintln!("ccm-bench: realkube down failed: {err}");
+        }
+    }
+}
+
+/// The fields of an audit event the benchmark reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    stage: String,
+    verb: String,
+    user: AuditUser,
+    object_ref: Option<AuditObject>,
+}
+
+#[derive(serde::Deserialize)]
+struct AuditUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct AuditObject {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    subresource: String,
 }
 
 /// The total of `counts`, leaving out leader election (Leases), which is not per-object work.
@@ -185,7 +367,7 @@ mod tests {
     #[tokio::test]
     async fn the_daemon_identity_is_counted_apart() {
         let dir = tempfile::tempdir().unwrap();
-        let cluster = Cluster::start(dir.path()).await.unwrap();
+        let cluster = Cluster::start(dir.path(), None).await.unwrap();
         let admin: Api<Node> = Api::all(cluster.client());
         admin
             .create(&PostParams::default(), &crate::workload::tainted_node(0))

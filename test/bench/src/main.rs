@@ -1,6 +1,7 @@
 //! `ccm-bench`: whole-process benchmarks of the cloud-controller-manager.
 //!
-//! Each scenario starts the in-memory API server (`test_apiserver`, in this process), runs the release
+//! Each scenario starts the in-memory API server (`test_apiserver`, in this process; with `--realkube`, a
+//! real control plane started for it), runs the release
 //! build of the daemon as a separate process with the fake provider (every cloud call delayed by 20 ms),
 //! creates the workload, timestamps every object's completion through a watch, and reports wall time,
 //! per-object latency percentiles, the daemon's API requests and cloud calls per object, the events
@@ -86,6 +87,10 @@ struct Args {
     /// on the same API server and fake cloud, and a table gives ours / upstream.
     #[arg(long)]
     upstream: Option<PathBuf>,
+    /// Run every scenario on a real control plane started for it with this `hack/realkube` binary
+    /// (`make realkube`: target/realkube/bin/realkube) instead of the in-memory API server.
+    #[arg(long)]
+    realkube: Option<PathBuf>,
     /// An extra daemon flag (repeatable), e.g. --daemon-arg=--node-monitor-period=2s.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
@@ -155,6 +160,7 @@ async fn main() -> anyhow::Result<()> {
     let scenarios = args.scenarios()?;
     let settings = RunSettings {
         binary: args.daemon.clone().unwrap_or_else(daemon::default_binary),
+        realkube: args.realkube.clone(),
         extra_flags: args.daemon_args.clone(),
         extra_env: args.daemon_env.clone(),
         latency_ms: args.latency_ms,
@@ -195,8 +201,12 @@ async fn main() -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
+    let api_server = match &args.realkube {
+        Some(_) => "a real kube-apiserver (hack/realkube)",
+        None => "the in-memory API server",
+    };
     let header = format!(
-        "Run at {} on {} cores (load average at start {}), fake cloud latency {} ms per call, daemon {}.\n",
+        "Run at {} on {} cores (load average at start {}) on {api_server}, fake cloud latency {} ms per call, daemon {}.\n",
         k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
         report::cores(),
         outcomes
@@ -262,8 +272,8 @@ async fn run_all(scenarios: &[Scenario], settings: &RunSettings, label: &str) ->
     outcomes
 }
 
-/// The settings of the upstream runs: its binary, the JSON content type (the in-memory API server does not
-/// speak protobuf, client-go's default for controller managers), the same extra flags.
+/// The settings of the upstream runs: its binary, the same extra flags, and on the in-memory API server
+/// (which does not speak protobuf, client-go's default for controller managers) the JSON content type.
 fn upstream_settings(ours: &RunSettings, binary: &std::path::Path) -> anyhow::Result<RunSettings> {
     if !binary.is_file() {
         bail!(
@@ -271,7 +281,10 @@ fn upstream_settings(ours: &RunSettings, binary: &std::path::Path) -> anyhow::Re
             binary.display()
         );
     }
-    let mut extra_flags = vec!["--kube-api-content-type=application/json".to_string()];
+    let mut extra_flags = Vec::new();
+    if ours.realkube.is_none() {
+        extra_flags.push("--kube-api-content-type=application/json".to_string());
+    }
     extra_flags.extend(ours.extra_flags.iter().cloned());
     Ok(RunSettings {
         binary: binary.to_path_buf(),

@@ -219,6 +219,9 @@ impl Scenario {
 pub struct RunSettings {
     /// The daemon binary.
     pub binary: std::path::PathBuf,
+    /// `hack/realkube`'s binary: each scenario runs on a real control plane started for it, instead of the
+    /// in-memory API server.
+    pub realkube: Option<std::path::PathBuf>,
     /// Extra daemon flags.
     pub extra_flags: Vec<String>,
     /// Extra environment variables of the daemon.
@@ -244,7 +247,7 @@ pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<
         .prefix(&format!("ccm-bench-{}-", scenario.id))
         .tempdir()
         .context("cannot create a temporary directory")?;
-    let cluster = Cluster::start(dir.path()).await?;
+    let cluster = Cluster::start(dir.path(), settings.realkube.as_deref()).await?;
     let result = run_on(scenario, settings, &cluster, dir.path()).await;
     cluster.shutdown().await;
     let mut outcome = result?;
