@@ -578,3 +578,30 @@ fn provider_controllers_are_checked_with_the_flags() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("no DigitalOcean API token"), "{stderr}");
 }
+
+#[test]
+fn a_half_configured_public_access_firewall_stops_start_up_naming_the_variable() {
+    if !cfg!(feature = "digitalocean") {
+        return;
+    }
+    let output = Command::new(BINARY)
+        .args(["--cloud-provider=digitalocean"])
+        .env_remove("RUST_LOG")
+        .env_remove("KUBECONFIG")
+        .env_remove("PUBLIC_ACCESS_FIREWALL_TAGS")
+        .env("DO_ACCESS_TOKEN", "dop_v1_test")
+        .env("PUBLIC_ACCESS_FIREWALL_NAME", "k8s-public-access")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("PUBLIC_ACCESS_FIREWALL_TAGS")
+            && stderr.contains("is required when managing the public-access firewall"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("dop_v1_test"),
+        "the token was printed: {stderr}"
+    );
+}
