@@ -49,6 +49,10 @@ const SYNC_CHUNK: usize = 250;
 const SYNC_CONCURRENCY: usize = 2;
 /// Attempts of one initialization when the node changed underneath (409 Conflict).
 const CONFLICT_ATTEMPTS: usize = 3;
+/// How long a conflicting address write waits for the watch to deliver the node's newer version.
+const CONFLICT_REREAD_WAIT: Duration = Duration::from_secs(2);
+/// How often it looks.
+const CONFLICT_REREAD_POLL: Duration = Duration::from_millis(20);
 /// Per-node retry backoff (upstream: 5 ms doubling up to 1000 s).
 const BACKOFF_BASE: Duration = Duration::from_millis(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(1000);
@@ -499,7 +503,8 @@ impl Inner {
     }
 
     /// Replaces `status.addresses` of `node` with what the cloud's `addresses` make of it, guarded by the
-    /// node's resourceVersion; a conflict (the kubelet wrote meanwhile) is retried once on a fresh read.
+    /// node's resourceVersion; a conflict (the kubelet wrote meanwhile) is retried once on the newer
+    /// version the watch delivers.
     async fn write_addresses(
         &self,
         node: &CachedNode,
@@ -524,12 +529,33 @@ impl Inner {
                 .await
             {
                 Err(kube::Error::Api(status)) if status.code == 409 && attempt == 1 => {
-                    current = CachedNode::from(self.api.get(current.name()).await?);
+                    match self.newer_version(&current).await {
+                        Some(newer) => current = newer,
+                        None => return Err(SyncError::from(kube::Error::Api(status))),
+                    }
                 }
                 other => return other.map(drop).map_err(SyncError::from),
             }
         }
         Ok(())
+    }
+
+    /// The node as the watch delivers it after `node`'s version (the one a write conflicted with), waiting
+    /// at most [`CONFLICT_REREAD_WAIT`]. Reading through the watch keeps the controller to the verbs its
+    /// role grants (no `get` on nodes).
+    async fn newer_version(&self, node: &CachedNode) -> Option<CachedNode> {
+        let deadline = tokio::time::Instant::now() + CONFLICT_REREAD_WAIT;
+        loop {
+            if let Some(latest) = self.store.get(&ObjectRef::new(node.name()))
+                && latest.resource_version() != node.resource_version()
+            {
+                return Some((*latest).clone());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(CONFLICT_REREAD_POLL).await;
+        }
     }
 
     async fn sync_chunk(&self, chunk: &[Arc<CachedNode>]) {
