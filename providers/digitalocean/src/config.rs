@@ -226,7 +226,7 @@ fn required_with_firewall(variable: &str) -> ConfigError {
 }
 
 /// A cloud firewall name as the API accepts it.
-fn is_firewall_name(name: &str) -> bool {
+pub(crate) fn is_firewall_name(name: &str) -> bool {
     name.len() <= 255
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name
@@ -235,7 +235,7 @@ fn is_firewall_name(name: &str) -> bool {
 }
 
 /// A tag as the API accepts it.
-fn is_tag(tag: &str) -> bool {
+pub(crate) fn is_tag(tag: &str) -> bool {
     !tag.is_empty()
         && tag.len() <= 255
         && tag

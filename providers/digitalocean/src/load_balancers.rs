@@ -71,7 +71,8 @@ fn api_error(context: impl Into<String>) -> impl FnOnce(ApiError) -> CloudError 
     }
 }
 
-fn service_key(service: &Service) -> String {
+/// `namespace/name` of a Service, for messages and logs.
+pub(crate) fn service_key(service: &Service) -> String {
     format!(
         "{}/{}",
         service.metadata.namespace.as_deref().unwrap_or("default"),

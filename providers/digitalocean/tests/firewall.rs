@@ -132,10 +132,7 @@ impl Harness {
 
     /// Create, update and delete requests the stub saw for firewalls.
     fn firewall_writes(&self) -> usize {
-        ["POST", "PUT", "DELETE", "PATCH"]
-            .iter()
-            .map(|m| self.stub.count_prefix(m, "/v2/firewalls"))
-            .sum()
+        self.stub.mutations("/v2/firewalls").len()
     }
 
     async fn wait_for_inbound(&self, want: &[&str]) {

@@ -24,10 +24,12 @@ use k8s_openapi::api::core::v1::Service;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::annotations::{
-    ANN_LOAD_BALANCER_ID, NETWORK_EXTERNAL, ServiceConfigError, lb_type, network, parse_go_bool,
+    ANN_LOAD_BALANCER_ID, Annotations, NETWORK_EXTERNAL, ServiceConfigError, lb_type, network,
+    parse_go_bool,
 };
 use crate::config::{LbType, PublicAccessFirewall};
 use crate::lb_spec::default_health_check_port;
+use crate::load_balancers::service_key;
 
 /// The annotation that takes a `NodePort` Service's ports out of the public-access firewall.
 pub const ANN_FIREWALL_MANAGED: &str = "kubernetes.digitalocean.com/firewall-managed";
@@ -179,7 +181,7 @@ pub fn desired_firewall(
 /// Whether a `NodePort` Service's ports belong in the firewall (default yes; an unreadable annotation
 /// counts as yes, with a warning).
 fn is_managed(service: &Service) -> bool {
-    let Some(raw) = annotation(service, ANN_FIREWALL_MANAGED) else {
+    let Some(raw) = Annotations::of(service).raw(ANN_FIREWALL_MANAGED) else {
         return true;
     };
     parse_go_bool(raw).unwrap_or_else(|| {
@@ -222,7 +224,7 @@ enum HealthRule {
 fn network_lb_rules(service: &Service) -> (HealthRule, Vec<(&'static str, i64)>) {
     let spec = service.spec.as_ref();
     let health_port = default_health_check_port(service);
-    let health = match annotation(service, ANN_LOAD_BALANCER_ID).filter(|id| !id.is_empty()) {
+    let health = match Annotations::of(service).non_empty(ANN_LOAD_BALANCER_ID) {
         Some(id) => HealthRule::FromLoadBalancer(InboundRule {
             protocol: "tcp".into(),
             port_range: health_port.to_string(),
@@ -391,23 +393,6 @@ impl fmt::Display for ComparableRule<'_> {
         }
         Ok(())
     }
-}
-
-fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
-    service
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-}
-
-fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or_default(),
-        service.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 #[cfg(test)]

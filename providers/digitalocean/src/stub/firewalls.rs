@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::handlers::{Answer, paginate, parse_body};
 use super::{State, timestamp, uuid_like};
+use crate::config::{is_firewall_name, is_tag};
 
 /// Answers a request under `/v2/firewalls`.
 pub(super) fn route(
@@ -75,7 +76,7 @@ fn edit_tags(st: &mut State, method: &str, id: &str, body: &[u8]) -> Answer {
     if tags.is_empty() {
         return Answer::unprocessable("tags must contain at least one tag");
     }
-    if let Some(bad) = tags.iter().find(|t| !valid_tag(t)) {
+    if let Some(bad) = tags.iter().find(|t| !is_tag(t)) {
         return Answer::unprocessable(format!("tag {bad:?} is invalid"));
     }
     let Some(firewall) = st.firewalls.get_mut(id) else {
@@ -138,7 +139,7 @@ fn checked(request: &Value) -> Result<(), Answer> {
 
 fn check_request(request: &Value) -> Result<(), String> {
     let name = request["name"].as_str().unwrap_or_default();
-    if !valid_name(name) {
+    if !is_firewall_name(name) {
         return Err(format!(
             "name {name:?} is invalid: it must start with a letter or digit and contain only letters, \
              digits, '.' and '-'"
@@ -159,7 +160,7 @@ fn check_request(request: &Value) -> Result<(), String> {
         }
     }
     for tag in strings(&request["tags"]) {
-        if !valid_tag(&tag) {
+        if !is_tag(&tag) {
             return Err(format!("tag {tag:?} is invalid"));
         }
     }
@@ -206,25 +207,6 @@ fn valid_ports(ports: &str) -> bool {
         }
         None => port(ports),
     }
-}
-
-fn valid_name(name: &str) -> bool {
-    name.len() <= 255
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-}
-
-fn valid_tag(tag: &str) -> bool {
-    !tag.is_empty()
-        && tag.len() <= 255
-        && tag
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_'))
 }
 
 fn strings(value: &Value) -> Vec<String> {
