@@ -1,4 +1,5 @@
-//! The admin HTTP API (JSON over HTTP/1.1 on a loopback address). See the crate README for the routes.
+//! The admin HTTP API (JSON over HTTP/1.1 on a loopback address; `GET /config` answers YAML). See the crate
+//! README for the routes.
 //!
 //! Errors are JSON objects `{"error": "<reason>"}`: 400 for malformed requests (bad JSON, unknown
 //! fields, unknown operation or action, invalid values), 404 for unknown instances or paths, 409 when an
@@ -11,6 +12,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
@@ -110,6 +112,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, addr: SocketAddr) -> Result<Socke
 pub fn router(control: FakeControl) -> Router {
     Router::new()
         .route("/state", get(get_state))
+        .route("/config", get(get_config))
         .route("/instances", get(get_instances).post(post_instance))
         .route("/instances/{name}", get(get_instance))
         .route("/instances/{name}/{action}", post(post_instance_action))
@@ -161,6 +164,16 @@ fn ok<T: Serialize>(value: T) -> Response {
 
 async fn get_state(State(c): Ctl) -> Response {
     ok(c.state())
+}
+
+async fn get_config(State(c): Ctl) -> Response {
+    match serde_yaml::to_string(&c.cloud_config()) {
+        Ok(yaml) => ([(CONTENT_TYPE, "application/yaml")], yaml).into_response(),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("rendering the cloud-config: {e}"),
+        ),
+    }
 }
 
 async fn get_instances(State(c): Ctl) -> Response {
@@ -260,6 +273,6 @@ async fn delete_fault(State(c): Ctl, Path(operation): Path<String>) -> Response 
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such admin API route (see GET /state, /instances, /loadbalancers, /routes, /calls, /faults)",
+        "no such admin API route (see GET /state, /config, /instances, /loadbalancers, /routes, /calls, /faults)",
     )
 }

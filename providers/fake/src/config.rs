@@ -4,6 +4,11 @@
 //! Unknown fields are rejected, and every error names the offending field, e.g.
 //! `invalid fake cloud config: instances[1].zone: "zz" is not a configured zone (fake-region-1a, ...)`.
 //!
+//! Besides instances, the config can declare load balancers ([`LoadBalancerConfig`]) and routes
+//! ([`RouteConfig`]) that exist from the start, as if `ensure_load_balancer` and `create_route` had made
+//! them, and validated by the same rules (distinct host addresses of the pool, unique names, one route per
+//! destination and cluster).
+//!
 //! ```
 //! use provider_fake::FakeConfig;
 //!
@@ -23,6 +28,24 @@
 //!
 //! let err = FakeConfig::from_yaml(b"zones: [a]\nregoin: x\n").unwrap_err();
 //! assert!(err.to_string().contains("unknown field `regoin`"));
+//!
+//! let config = FakeConfig::from_yaml(br#"
+//! loadBalancers:
+//!   - serviceUID: 6f0c2b4e-1a2b-4c3d-9e8f-0123456789ab
+//!     service: default/web
+//!     ip: 198.51.100.10
+//!     ports: [{port: 80, nodePort: 30080}]
+//!     nodes: [node-1, node-2]
+//! routes:
+//!   - {targetNode: node-1, destinationCIDR: 10.244.1.0/24}
+//! "#).unwrap();
+//! assert_eq!(config.load_balancers[0].name(), "a6f0c2b4e1a2b4c3d9e8f0123456789a");
+//!
+//! let err = FakeConfig::from_yaml(b"routes: [{targetNode: n1, destinationCIDR: 10.244.1.1/24}]").unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     r#"invalid fake cloud config: routes[0].destinationCIDR: "10.244.1.1/24" has host bits set"#
+//! );
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +54,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::faults::{FaultSpec, validate_fault};
-use crate::pool::Cidr;
+use crate::pool::{Cidr, IpPool, PoolError};
 
 /// The provider name and provider-ID scheme of the fake cloud.
 pub const PROVIDER_NAME: &str = "fake";
@@ -97,6 +120,12 @@ pub struct FakeConfig {
     /// Explicit instances.
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,
+    /// Load balancers that exist from the start, as `ensure_load_balancer` made them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancers: Vec<LoadBalancerConfig>,
+    /// Routes that exist from the start, as `create_route` made them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteConfig>,
     /// The pool load-balancer ingress IPs come from (default `198.51.100.0/24`).
     #[serde(rename = "loadBalancerCIDR", default = "default_lb_cidr")]
     pub load_balancer_cidr: String,
@@ -199,6 +228,79 @@ pub enum InitialState {
     Terminated,
 }
 
+/// A load balancer that exists from the start: what `ensure_load_balancer` records for a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadBalancerConfig {
+    /// The Service UID. The load balancer's name is derived from it like the provider derives it
+    /// ([`default_load_balancer_name`](cloud_provider::default_load_balancer_name)).
+    #[serde(rename = "serviceUID")]
+    pub service_uid: String,
+    /// `namespace/name` of the Service.
+    pub service: String,
+    /// The ingress IP, a free host address of `loadBalancerCIDR` (default: the lowest free one once the
+    /// given ones are taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The cluster name the controller passes (default: `clusterName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The ports, in Service order.
+    #[serde(default)]
+    pub ports: Vec<LoadBalancerPortConfig>,
+    /// The backend node names (kept sorted, without duplicates).
+    #[serde(default)]
+    pub nodes: Vec<String>,
+}
+
+impl LoadBalancerConfig {
+    /// The load balancer's cloud name: the default load-balancer name of a Service with this UID.
+    pub fn name(&self) -> String {
+        let mut service = k8s_openapi::api::core::v1::Service::default();
+        service.metadata.uid = Some(self.service_uid.clone());
+        cloud_provider::default_load_balancer_name(&service)
+    }
+}
+
+/// One port of a declared load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoadBalancerPortConfig {
+    /// The Service port name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `TCP` (default), `UDP` or `SCTP`.
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+    /// The front-end port.
+    pub port: i32,
+    /// The node port traffic goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_port: Option<i32>,
+}
+
+/// A route that exists from the start: what `create_route` records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The route name (default `<cluster>-<targetNode>-<destination>`, the destination with `.`, `:` and
+    /// `/` as `-`; routes the provider creates have the node UID in place of the node name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The cluster name the controller passes (default: `clusterName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The target node name.
+    pub target_node: String,
+    /// The destination CIDR.
+    #[serde(rename = "destinationCIDR")]
+    pub destination_cidr: String,
+    /// The target node's addresses given at creation (default none: the route controller then never
+    /// replaces the route for changed addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_node_addresses: Vec<AddressConfig>,
+}
+
 /// An explicit volume.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -235,6 +337,9 @@ fn default_csi_driver() -> String {
 fn default_seed() -> u64 {
     1
 }
+fn default_protocol() -> String {
+    "TCP".to_string()
+}
 
 impl Default for FakeConfig {
     fn default() -> Self {
@@ -246,6 +351,8 @@ impl Default for FakeConfig {
             auto_discover: true,
             discovered_external_ips: false,
             instances: Vec::new(),
+            load_balancers: Vec::new(),
+            routes: Vec::new(),
             load_balancer_cidr: default_lb_cidr(),
             cluster_id: None,
             cluster_name: default_cluster_name(),
@@ -266,6 +373,8 @@ const ADDRESS_TYPES: [&str; 5] = [
     "InternalDNS",
     "ExternalDNS",
 ];
+
+const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
 
 impl FakeConfig {
     /// Parses and validates a YAML cloud-config. Empty (or whitespace-only) input gives the defaults.
@@ -344,7 +453,7 @@ impl FakeConfig {
                 ),
             ));
         }
-        Cidr::parse(&self.load_balancer_cidr)
+        let lb_cidr = Cidr::parse(&self.load_balancer_cidr)
             .map_err(|m| ConfigError::invalid("loadBalancerCIDR", m))?;
         if let Some(id) = &self.cluster_id
             && id.trim().is_empty()
@@ -405,6 +514,9 @@ impl FakeConfig {
                 ));
             }
         }
+        self.validate_load_balancers()?;
+        self.load_balancer_ips(&mut IpPool::new(lb_cidr))?;
+        self.validate_routes()?;
         Ok(())
     }
 
@@ -460,28 +572,212 @@ impl FakeConfig {
         if let Some(z) = &inst.zone {
             check_zone(zones, z, &format!("{field}.zone"))?;
         }
-        for (j, a) in inst.addresses.iter().enumerate() {
-            let af = format!("{field}.addresses[{j}]");
-            if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
+        check_addresses(&inst.addresses, &format!("{field}.addresses"))?;
+        Ok(id)
+    }
+
+    /// Validates the declared load balancers (their IPs are checked by [`Self::load_balancer_ips`]).
+    fn validate_load_balancers(&self) -> Result<(), ConfigError> {
+        let mut names = BTreeMap::new();
+        for (i, lb) in self.load_balancers.iter().enumerate() {
+            let field = format!("loadBalancers[{i}]");
+            if lb.service_uid.trim().is_empty() {
                 return Err(ConfigError::invalid(
-                    format!("{af}.type"),
-                    format!("{:?} is not one of {}", a.type_, ADDRESS_TYPES.join(", ")),
-                ));
-            }
-            if a.address.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    format!("{af}.address"),
+                    format!("{field}.serviceUID"),
                     "must not be empty",
                 ));
             }
-            if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
+            let name = lb.name();
+            if let Some(first) = names.insert(name.clone(), i) {
                 return Err(ConfigError::invalid(
-                    format!("{af}.address"),
-                    format!("{:?} is not an IP address", a.address),
+                    format!("{field}.serviceUID"),
+                    format!(
+                        "duplicate load balancer name {name:?} (that of loadBalancers[{first}])"
+                    ),
+                ));
+            }
+            match lb.service.split_once('/') {
+                Some((ns, n))
+                    if !ns.trim().is_empty() && !n.trim().is_empty() && !n.contains('/') => {}
+                _ => {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.service"),
+                        format!("{:?} is not namespace/name", lb.service),
+                    ));
+                }
+            }
+            check_optional_name(lb.cluster.as_deref(), &format!("{field}.cluster"))?;
+            for (j, p) in lb.ports.iter().enumerate() {
+                let pf = format!("{field}.ports[{j}]");
+                if !PROTOCOLS.contains(&p.protocol.as_str()) {
+                    return Err(ConfigError::invalid(
+                        format!("{pf}.protocol"),
+                        format!("{:?} is not one of {}", p.protocol, PROTOCOLS.join(", ")),
+                    ));
+                }
+                check_port(p.port, &format!("{pf}.port"))?;
+                if let Some(np) = p.node_port {
+                    check_port(np, &format!("{pf}.nodePort"))?;
+                }
+            }
+            for (j, n) in lb.nodes.iter().enumerate() {
+                if n.trim().is_empty() {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.nodes[{j}]"),
+                        "must not be empty",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The ingress IP of every declared load balancer, in order, allocated from `pool`: the given ones
+    /// first, then the lowest free address for each load balancer without one.
+    pub(crate) fn load_balancer_ips(&self, pool: &mut IpPool) -> Result<Vec<IpAddr>, ConfigError> {
+        let mut ips = vec![None; self.load_balancers.len()];
+        for (i, (lb, slot)) in self.load_balancers.iter().zip(&mut ips).enumerate() {
+            let Some(raw) = &lb.ip else { continue };
+            let field = format!("loadBalancers[{i}].ip");
+            let ip: IpAddr = raw.parse().map_err(|_| {
+                ConfigError::invalid(&field, format!("{raw:?} is not an IP address"))
+            })?;
+            pool.allocate_specific(ip).map_err(|e| {
+                let message = match e {
+                    PoolError::InUse { ip } => format!("duplicate load balancer IP {ip}"),
+                    PoolError::OutOfPool { ip, cidr } => {
+                        format!("{ip} is not a host address of loadBalancerCIDR {cidr}")
+                    }
+                    e @ PoolError::Exhausted { .. } => e.to_string(),
+                };
+                ConfigError::invalid(&field, message)
+            })?;
+            *slot = Some(ip);
+        }
+        let mut out = Vec::with_capacity(ips.len());
+        for (i, slot) in ips.into_iter().enumerate() {
+            let ip = match slot {
+                Some(ip) => ip,
+                None => pool.allocate().map_err(|e| {
+                    ConfigError::invalid(
+                        format!("loadBalancers[{i}].ip"),
+                        format!("none given and {e}"),
+                    )
+                })?,
+            };
+            out.push(ip);
+        }
+        Ok(out)
+    }
+
+    /// The cluster of a declared load balancer.
+    pub(crate) fn load_balancer_cluster<'a>(&'a self, lb: &'a LoadBalancerConfig) -> &'a str {
+        lb.cluster.as_deref().unwrap_or(&self.cluster_name)
+    }
+
+    /// The cluster of a declared route.
+    pub(crate) fn route_cluster<'a>(&'a self, route: &'a RouteConfig) -> &'a str {
+        route.cluster.as_deref().unwrap_or(&self.cluster_name)
+    }
+
+    /// The name of a declared route: the given one, or the one `create_route` makes with the target node
+    /// name as the name hint.
+    pub(crate) fn route_name(&self, route: &RouteConfig) -> String {
+        route.name.clone().unwrap_or_else(|| {
+            crate::state::route_name(
+                self.route_cluster(route),
+                &route.target_node,
+                &route.destination_cidr,
+            )
+        })
+    }
+
+    /// Validates the declared routes by the rules of `create_route`: unique names, one route per
+    /// destination and cluster.
+    fn validate_routes(&self) -> Result<(), ConfigError> {
+        let mut names = BTreeSet::new();
+        let mut destinations: BTreeMap<(&str, String), String> = BTreeMap::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = format!("routes[{i}]");
+            check_optional_name(r.name.as_deref(), &format!("{field}.name"))?;
+            check_optional_name(r.cluster.as_deref(), &format!("{field}.cluster"))?;
+            if r.target_node.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("{field}.targetNode"),
+                    "must not be empty",
+                ));
+            }
+            let cidr = Cidr::parse(&r.destination_cidr)
+                .map_err(|m| ConfigError::invalid(format!("{field}.destinationCIDR"), m))?;
+            check_addresses(
+                &r.target_node_addresses,
+                &format!("{field}.targetNodeAddresses"),
+            )?;
+            let name = self.route_name(r);
+            if !names.insert(name.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.name"),
+                    format!("duplicate route name {name:?}"),
+                ));
+            }
+            if let Some(other) =
+                destinations.insert((self.route_cluster(r), cidr.to_string()), name)
+            {
+                return Err(ConfigError::invalid(
+                    format!("{field}.destinationCIDR"),
+                    format!(
+                        "destination {} is already routed by route {other:?}",
+                        r.destination_cidr
+                    ),
                 ));
             }
         }
-        Ok(id)
+        Ok(())
+    }
+}
+
+fn check_addresses(addresses: &[AddressConfig], field: &str) -> Result<(), ConfigError> {
+    for (j, a) in addresses.iter().enumerate() {
+        let af = format!("{field}[{j}]");
+        if !ADDRESS_TYPES.contains(&a.type_.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("{af}.type"),
+                format!("{:?} is not one of {}", a.type_, ADDRESS_TYPES.join(", ")),
+            ));
+        }
+        if a.address.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{af}.address"),
+                "must not be empty",
+            ));
+        }
+        if a.type_.ends_with("IP") && a.address.parse::<IpAddr>().is_err() {
+            return Err(ConfigError::invalid(
+                format!("{af}.address"),
+                format!("{:?} is not an IP address", a.address),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_optional_name(value: Option<&str>, field: &str) -> Result<(), ConfigError> {
+    match value {
+        Some(v) if v.trim().is_empty() => {
+            Err(ConfigError::invalid(field, "must not be empty when given"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_port(port: i32, field: &str) -> Result<(), ConfigError> {
+    if (1..=65535).contains(&port) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            field,
+            format!("{port} is not a port number (1-65535)"),
+        ))
     }
 }
 
@@ -592,6 +888,203 @@ instances:
             m.contains("faults.create_route.kind") || m.contains("explode"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn declared_load_balancers_and_routes_parse() {
+        let c = FakeConfig::from_yaml(
+            br#"
+loadBalancerCIDR: 192.0.2.0/29
+loadBalancers:
+  - serviceUID: 6f0c2b4e-1a2b-4c3d-9e8f-0123456789ab
+    service: default/web
+    ip: 192.0.2.5
+    ports:
+      - {name: http, port: 80, nodePort: 30080}
+      - {protocol: UDP, port: 53}
+    nodes: [node-2, node-1]
+  - serviceUID: 11111111-2222-3333-4444-555555555555
+    service: shop/api
+    cluster: other
+routes:
+  - targetNode: node-1
+    destinationCIDR: 10.244.1.0/24
+    targetNodeAddresses: [{type: InternalIP, address: 10.0.0.11}]
+  - name: kubernetes-uid-2-fd00-10-244-2---64
+    targetNode: node-2
+    destinationCIDR: fd00:10:244:2::/64
+"#,
+        )
+        .unwrap();
+        let web = &c.load_balancers[0];
+        assert_eq!(web.name(), "a6f0c2b4e1a2b4c3d9e8f0123456789a");
+        assert_eq!(web.ports[0].protocol, "TCP");
+        assert_eq!(web.ports[0].node_port, Some(30080));
+        assert_eq!(web.ports[1].name, None);
+        assert_eq!(c.load_balancer_cluster(web), "kubernetes");
+        assert_eq!(c.load_balancer_cluster(&c.load_balancers[1]), "other");
+        // The given IP is taken first; the load balancer without one gets the lowest free address.
+        let mut pool = IpPool::new(Cidr::parse(&c.load_balancer_cidr).unwrap());
+        let ips = c.load_balancer_ips(&mut pool).unwrap();
+        assert_eq!(
+            ips,
+            ["192.0.2.5", "192.0.2.1"].map(|s| s.parse::<IpAddr>().unwrap())
+        );
+        assert_eq!(
+            c.route_name(&c.routes[0]),
+            "kubernetes-node-1-10-244-1-0-24"
+        );
+        assert_eq!(
+            c.route_name(&c.routes[1]),
+            "kubernetes-uid-2-fd00-10-244-2---64"
+        );
+        assert_eq!(c.route_cluster(&c.routes[1]), "kubernetes");
+    }
+
+    #[test]
+    fn declared_load_balancer_and_route_errors() {
+        let m = err("loadBalancers: [{serviceUID: u, service: a/b, nodes: [], ipp: x}]\n");
+        assert!(
+            m.contains("loadBalancers[0]") && m.contains("unknown field `ipp`"),
+            "{m}"
+        );
+        let m = err("loadBalancers: [{service: a/b}]\n");
+        assert!(m.contains("missing field `serviceUID`"), "{m}");
+        let m = err("routes: [{targetNode: n, destinationCIDR: 10.0.0.0/24, blackhole: true}]\n");
+        assert!(
+            m.contains("routes[0]") && m.contains("unknown field `blackhole`"),
+            "{m}"
+        );
+        let m = err("routes: [{targetNode: n}]\n");
+        assert!(m.contains("missing field `destinationCIDR`"), "{m}");
+
+        let lb = "loadBalancers:\n  - {serviceUID: 11111111-2222, service: default/web}\n";
+        let cases = [
+            (
+                "loadBalancers: [{serviceUID: ' ', service: default/web}]\n".to_string(),
+                "loadBalancers[0].serviceUID: must not be empty",
+            ),
+            (
+                format!("{lb}  - {{serviceUID: 1111111122-22, service: default/api}}\n"),
+                "loadBalancers[1].serviceUID: duplicate load balancer name \"a111111112222\" \
+                 (that of loadBalancers[0])",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: web}]\n".to_string(),
+                "loadBalancers[0].service: \"web\" is not namespace/name",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b/c}]\n".to_string(),
+                "loadBalancers[0].service: \"a/b/c\" is not namespace/name",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, cluster: ''}]\n".to_string(),
+                "loadBalancers[0].cluster: must not be empty when given",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ports: [{port: 80, protocol: HTTP}]}]\n"
+                    .to_string(),
+                "loadBalancers[0].ports[0].protocol: \"HTTP\" is not one of TCP, UDP, SCTP",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ports: [{port: 0}]}]\n".to_string(),
+                "loadBalancers[0].ports[0].port: 0 is not a port number (1-65535)",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ports: [{port: 80, nodePort: 70000}]}]\n"
+                    .to_string(),
+                "loadBalancers[0].ports[0].nodePort: 70000 is not a port number (1-65535)",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, nodes: [n1, '']}]\n".to_string(),
+                "loadBalancers[0].nodes[1]: must not be empty",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ip: banana}]\n".to_string(),
+                "loadBalancers[0].ip: \"banana\" is not an IP address",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ip: 10.0.0.1}]\n".to_string(),
+                "loadBalancers[0].ip: 10.0.0.1 is not a host address of loadBalancerCIDR \
+                 198.51.100.0/24",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, ip: 198.51.100.255}]\n".to_string(),
+                "loadBalancers[0].ip: 198.51.100.255 is not a host address of loadBalancerCIDR \
+                 198.51.100.0/24",
+            ),
+            (
+                "loadBalancers:\n  - {serviceUID: u, service: a/b, ip: 198.51.100.7}\n  \
+                 - {serviceUID: v, service: a/c, ip: 198.51.100.7}\n"
+                    .to_string(),
+                "loadBalancers[1].ip: duplicate load balancer IP 198.51.100.7",
+            ),
+            (
+                "loadBalancerCIDR: 192.0.2.0/30\nloadBalancers:\n  - {serviceUID: u, service: a/b}\n  \
+                 - {serviceUID: v, service: a/c}\n  - {serviceUID: w, service: a/d, ip: 192.0.2.2}\n"
+                    .to_string(),
+                "loadBalancers[1].ip: none given and load balancer IP pool 192.0.2.0/30 is exhausted \
+                 (2 addresses in use)",
+            ),
+            (
+                "routes: [{targetNode: '', destinationCIDR: 10.244.0.0/24}]\n".to_string(),
+                "routes[0].targetNode: must not be empty",
+            ),
+            (
+                "routes: [{targetNode: n, destinationCIDR: 10.244.0.1/24}]\n".to_string(),
+                "routes[0].destinationCIDR: \"10.244.0.1/24\" has host bits set",
+            ),
+            (
+                "routes: [{targetNode: n, destinationCIDR: 10.244.0.0}]\n".to_string(),
+                "routes[0].destinationCIDR: \"10.244.0.0\" is not a CIDR (address/prefix)",
+            ),
+            (
+                "routes: [{name: '', targetNode: n, destinationCIDR: 10.244.0.0/24}]\n".to_string(),
+                "routes[0].name: must not be empty when given",
+            ),
+            (
+                "routes: [{cluster: ' ', targetNode: n, destinationCIDR: 10.244.0.0/24}]\n".to_string(),
+                "routes[0].cluster: must not be empty when given",
+            ),
+            (
+                "routes: [{targetNode: n, destinationCIDR: 10.244.0.0/24, \
+                 targetNodeAddresses: [{type: InternalIP, address: x}]}]\n"
+                    .to_string(),
+                "routes[0].targetNodeAddresses[0].address: \"x\" is not an IP address",
+            ),
+            (
+                "routes:\n  - {name: r, targetNode: n1, destinationCIDR: 10.244.1.0/24}\n  \
+                 - {name: r, targetNode: n2, destinationCIDR: 10.244.2.0/24}\n"
+                    .to_string(),
+                "routes[1].name: duplicate route name \"r\"",
+            ),
+            (
+                "routes:\n  - {targetNode: n1, destinationCIDR: 10.244.1.0/24}\n  \
+                 - {targetNode: n1, destinationCIDR: 10.244.1.0/24}\n"
+                    .to_string(),
+                "routes[1].name: duplicate route name \"kubernetes-n1-10-244-1-0-24\"",
+            ),
+            (
+                "routes:\n  - {targetNode: n1, destinationCIDR: 'fd00::/64'}\n  \
+                 - {targetNode: n2, destinationCIDR: 'fd00:0::/64'}\n"
+                    .to_string(),
+                "routes[1].destinationCIDR: destination fd00:0::/64 is already routed by route \
+                 \"kubernetes-n1-fd00---64\"",
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(
+                err(&yaml),
+                format!("invalid fake cloud config: {want}"),
+                "{yaml}"
+            );
+        }
+        // The same destination in another cluster is another route table.
+        FakeConfig::from_yaml(
+            b"routes:\n  - {targetNode: n1, destinationCIDR: 10.244.1.0/24}\n  \
+              - {cluster: other, targetNode: n1, destinationCIDR: 10.244.1.0/24}\n",
+        )
+        .unwrap();
     }
 
     #[test]

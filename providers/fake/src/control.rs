@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::cloud::Shared;
-use crate::config::InstanceConfig;
+use crate::config::{FakeConfig, InstanceConfig};
 use crate::faults::FaultSpec;
 use crate::state::{CloudSnapshot, InstanceRecord, LoadBalancerRecord, RouteRecord};
 
@@ -150,6 +150,13 @@ impl FakeControl {
     /// Every route, by name.
     pub fn routes(&self) -> Vec<RouteRecord> {
         self.shared.state.lock().routes(&self.shared.config)
+    }
+
+    /// The cloud as a cloud-config: the configuration in effect with the current instances, load
+    /// balancers, routes and faults. A cloud built from it (in another process, say) starts in this
+    /// cloud's state; running auto-discovered instances are left out, as the new cloud discovers them again.
+    pub fn cloud_config(&self) -> FakeConfig {
+        self.shared.state.lock().cloud_config(&self.shared.config)
     }
 
     /// The admin API's address, once started.

@@ -13,6 +13,9 @@
 //! - Load balancers are keyed by the default load-balancer name of their Service; ingress IPs come from a
 //!   CIDR pool (default `198.51.100.0/24`) and go back to it on delete.
 //! - Routes live in a table; a route whose target instance is gone is reported as a blackhole.
+//! - The cloud-config can declare load balancers and routes that exist from the start, and
+//!   [`FakeControl::cloud_config`] (admin API: `GET /config`) renders a running cloud in that format, so a
+//!   second process can start from the state a first one left.
 //! - Faults: per operation (or `*`) an error rate drawn from a seeded random stream, an error kind
 //!   (provider error, retry after a delay, not found) and a fixed latency; every call is counted.
 //! - Control: [`FakeControl`] in-process, or the admin HTTP API ([`FakeCloud::serve_admin`], started by
@@ -48,7 +51,7 @@ pub use cloud::{FakeCloud, provider_id_of};
 pub use config::{
     AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER,
     DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,
-    PROVIDER_NAME, VolumeConfig,
+    LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig, VolumeConfig,
 };
 pub use control::{ControlError, FakeControl};
 pub use faults::{ALL_OPERATIONS, FaultKind, FaultSpec, NOT_FOUND_OPERATIONS, OPERATIONS};

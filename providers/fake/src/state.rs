@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::config::{FakeConfig, InitialState, InstanceConfig, PROVIDER_NAME};
+use crate::config::{
+    AddressConfig, FakeConfig, InitialState, InstanceConfig, LoadBalancerConfig,
+    LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig,
+};
 use crate::control::ControlError;
 use crate::faults::{ALL_OPERATIONS, FaultKind, FaultSpec, Rng, stable_hash, validate_fault};
 use crate::pool::{Cidr, IpPool};
@@ -181,7 +184,8 @@ pub(crate) struct State {
     instances: BTreeMap<String, Instance>,
     by_name: BTreeMap<String, String>,
     dead_ids: BTreeSet<String>,
-    dead_names: BTreeSet<String>,
+    /// Terminated node names, with the ID their instance had.
+    dead_names: BTreeMap<String, String>,
     lbs: BTreeMap<String, LoadBalancerRecord>,
     /// The backend list given last, shared by the load balancers that have the same backends.
     last_backends: Arc<[String]>,
@@ -223,7 +227,7 @@ impl State {
             instances: BTreeMap::new(),
             by_name: BTreeMap::new(),
             dead_ids: BTreeSet::new(),
-            dead_names: BTreeSet::new(),
+            dead_names: BTreeMap::new(),
             lbs: BTreeMap::new(),
             last_backends: Arc::from([]),
             pool: IpPool::new(cidr),
@@ -237,6 +241,52 @@ impl State {
             st.add_instance(cfg, inst.clone()).map_err(|e| {
                 crate::ConfigError::invalid(format!("instances[{i}]"), e.to_string())
             })?;
+        }
+        let ips = cfg.load_balancer_ips(&mut st.pool)?;
+        for (lb, ip) in cfg.load_balancers.iter().zip(ips) {
+            let nodes = st.backends_named(lb.nodes.iter().map(String::as_str).collect());
+            let name = lb.name();
+            st.lbs.insert(
+                name.clone(),
+                LoadBalancerRecord {
+                    name,
+                    cluster: cfg.load_balancer_cluster(lb).to_string(),
+                    service: lb.service.clone(),
+                    service_uid: lb.service_uid.clone(),
+                    ip: ip.to_string(),
+                    ports: lb
+                        .ports
+                        .iter()
+                        .map(|p| LoadBalancerPort {
+                            name: p.name.clone(),
+                            protocol: p.protocol.clone(),
+                            port: p.port,
+                            node_port: p.node_port,
+                        })
+                        .collect(),
+                    nodes,
+                    ensure_count: 0,
+                    update_count: 0,
+                },
+            );
+        }
+        for r in &cfg.routes {
+            let name = cfg.route_name(r);
+            st.routes.insert(
+                name.clone(),
+                RouteRecord {
+                    name,
+                    cluster: cfg.route_cluster(r).to_string(),
+                    target_node: r.target_node.clone(),
+                    destination_cidr: r.destination_cidr.clone(),
+                    target_node_addresses: r
+                        .target_node_addresses
+                        .iter()
+                        .map(|a| node_address(&a.type_, &a.address))
+                        .collect(),
+                    blackhole: false,
+                },
+            );
         }
         Ok(st)
     }
@@ -384,7 +434,7 @@ impl State {
             }
             None => match self.by_name.get(name) {
                 Some(id) => Some(id.clone()),
-                None if self.dead_names.contains(name) || !cfg.auto_discover => None,
+                None if self.dead_names.contains_key(name) || !cfg.auto_discover => None,
                 None => Some(self.discover(cfg, name, name, addresses)),
             },
         };
@@ -406,7 +456,7 @@ impl State {
         if let Some(id) = self.by_name.get(name) {
             return Some(id.clone());
         }
-        if name.is_empty() || self.dead_names.contains(name) || !cfg.auto_discover {
+        if name.is_empty() || self.dead_names.contains_key(name) || !cfg.auto_discover {
             return None;
         }
         Some(self.discover(cfg, name, name, &[]))
@@ -450,7 +500,7 @@ impl State {
         if self.instances.contains_key(name_or_id) {
             return Ok(name_or_id.to_string());
         }
-        if self.dead_names.contains(name_or_id) || self.dead_ids.contains(name_or_id) {
+        if self.dead_names.contains_key(name_or_id) || self.dead_ids.contains(name_or_id) {
             return Err(ControlError::NotFound(format!(
                 "instance {name_or_id:?} is terminated"
             )));
@@ -503,8 +553,8 @@ impl State {
         if inst.state == InitialState::Terminated {
             // Present in the config only as a tombstone.
             self.by_name.remove(&inst.name);
-            self.dead_ids.insert(id);
-            self.dead_names.insert(inst.name);
+            self.dead_ids.insert(id.clone());
+            self.dead_names.insert(inst.name, id);
         } else {
             self.insert(instance);
         }
@@ -538,7 +588,7 @@ impl State {
             .ok_or_else(|| ControlError::NotFound(format!("no instance {id:?}")))?;
         self.by_name.remove(&inst.name);
         self.dead_ids.insert(inst.id.clone());
-        self.dead_names.insert(inst.name.clone());
+        self.dead_names.insert(inst.name.clone(), inst.id.clone());
         Ok(Self::record(cfg, &inst))
     }
 
@@ -611,10 +661,16 @@ impl State {
 
     /// The sorted backend names of `nodes`, shared with the previous load balancer's when they are the same.
     fn backends(&mut self, nodes: &[Node]) -> Arc<[String]> {
-        let set: BTreeSet<&str> = nodes
-            .iter()
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+        self.backends_named(
+            nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .collect(),
+        )
+    }
+
+    /// [`Self::backends`] for a set of node names.
+    fn backends_named(&mut self, set: BTreeSet<&str>) -> Arc<[String]> {
         if !set
             .iter()
             .copied()
@@ -745,7 +801,7 @@ impl State {
         if self.by_name.contains_key(target) {
             return false;
         }
-        self.dead_names.contains(target) || !cfg.auto_discover
+        self.dead_names.contains_key(target) || !cfg.auto_discover
     }
 
     fn with_blackhole(&self, cfg: &FakeConfig, r: &RouteRecord) -> RouteRecord {
@@ -788,10 +844,7 @@ impl State {
             .map_err(|m| CloudError::provider(format!("create route: {m}")))?;
         // The controllers pass one hint per node (its UID), so the destination makes the name unique for
         // the second pod CIDR of a dual-stack node.
-        let name = format!(
-            "{cluster}-{name_hint}-{}",
-            route.destination_cidr.replace(['.', ':', '/'], "-")
-        );
+        let name = route_name(cluster, name_hint, &route.destination_cidr);
         if let Some(existing) = self.routes.get(&name) {
             if existing.destination_cidr == route.destination_cidr
                 && existing.target_node == route.target_node
@@ -871,7 +924,7 @@ impl State {
                 .values()
                 .map(|i| Self::record(cfg, i))
                 .collect(),
-            terminated: self.dead_names.iter().cloned().collect(),
+            terminated: self.dead_names.keys().cloned().collect(),
             load_balancers: self.load_balancers(),
             routes: self.routes(cfg),
             faults: self.faults(),
@@ -885,6 +938,105 @@ impl State {
             .map(|i| Self::record(cfg, i))
             .collect()
     }
+
+    // ---- export ----
+
+    /// The cloud as a cloud-config: `cfg` with the current instances, load balancers, routes and faults,
+    /// so that a cloud built from it starts in this cloud's state.
+    ///
+    /// Running auto-discovered instances are left out (the new cloud discovers them again from the same
+    /// nodes); stopped ones become explicit instances. Terminated instances become `state: terminated`
+    /// entries, one per terminated instance ID; when a later instance took over a terminated instance's
+    /// name or ID, the other half of that tombstone is not carried over. Call counters and the position
+    /// of the fault streams are not part of a cloud-config.
+    pub(crate) fn cloud_config(&self, cfg: &FakeConfig) -> FakeConfig {
+        let addresses = |list: &[NodeAddress]| -> Vec<AddressConfig> {
+            list.iter()
+                .map(|a| AddressConfig {
+                    type_: a.type_.clone(),
+                    address: a.address.clone(),
+                })
+                .collect()
+        };
+        let id_unless_name = |id: &str, name: &str| (id != name).then(|| id.to_string());
+        let other_cluster = |c: &str| (c != cfg.cluster_name).then(|| c.to_string());
+        let mut instances: Vec<InstanceConfig> = self
+            .instances
+            .values()
+            .filter(|i| !i.auto || !i.running)
+            .map(|i| InstanceConfig {
+                id: id_unless_name(&i.id, &i.name),
+                instance_type: Some(i.instance_type.clone()),
+                zone: Some(i.zone.clone()),
+                addresses: addresses(&i.addresses),
+                state: if i.running {
+                    InitialState::Running
+                } else {
+                    InitialState::Stopped
+                },
+                labels: i.labels.clone(),
+                ..InstanceConfig::named(&i.name)
+            })
+            .collect();
+        let mut tombstone_ids = BTreeSet::new();
+        for (name, id) in &self.dead_names {
+            if self.dead_ids.contains(id) && tombstone_ids.insert(id) {
+                instances.push(InstanceConfig {
+                    id: id_unless_name(id, name),
+                    state: InitialState::Terminated,
+                    ..InstanceConfig::named(name)
+                });
+            }
+        }
+        let load_balancers = self
+            .lbs
+            .values()
+            .map(|lb| LoadBalancerConfig {
+                service_uid: lb.service_uid.clone(),
+                service: lb.service.clone(),
+                ip: Some(lb.ip.clone()),
+                cluster: other_cluster(&lb.cluster),
+                ports: lb
+                    .ports
+                    .iter()
+                    .map(|p| LoadBalancerPortConfig {
+                        name: p.name.clone(),
+                        protocol: p.protocol.clone(),
+                        port: p.port,
+                        node_port: p.node_port,
+                    })
+                    .collect(),
+                nodes: lb.nodes.to_vec(),
+            })
+            .collect();
+        let routes = self
+            .routes
+            .values()
+            .map(|r| RouteConfig {
+                name: Some(r.name.clone()),
+                cluster: other_cluster(&r.cluster),
+                target_node: r.target_node.clone(),
+                destination_cidr: r.destination_cidr.clone(),
+                target_node_addresses: addresses(&r.target_node_addresses),
+            })
+            .collect();
+        FakeConfig {
+            instances,
+            load_balancers,
+            routes,
+            faults: self.faults.clone(),
+            ..cfg.clone()
+        }
+    }
+}
+
+/// The name `create_route` gives a route: `<cluster>-<name hint>-<destination>`, the destination with `.`,
+/// `:` and `/` as `-`.
+pub(crate) fn route_name(cluster: &str, name_hint: &str, destination_cidr: &str) -> String {
+    format!(
+        "{cluster}-{name_hint}-{}",
+        destination_cidr.replace(['.', ':', '/'], "-")
+    )
 }
 
 /// The addresses an auto-discovered instance reports: the kubelet's and, with `discoveredExternalIPs`, an

@@ -5,10 +5,15 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{cloud, node, service};
-use crate::{AdminError, FakeCloud};
+use crate::{AdminError, FakeCloud, FakeConfig};
 
-/// A minimal HTTP/1.1 client: one request per connection.
-async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+/// A minimal HTTP/1.1 client: one request per connection; the status, the head and the body.
+async fn call_text(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = body.unwrap_or("");
     let req = format!(
@@ -21,10 +26,16 @@ async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) ->
     let text = String::from_utf8(raw).unwrap();
     let (head, payload) = text.split_once("\r\n\r\n").unwrap();
     let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), payload.to_string())
+}
+
+/// [`call_text`] with a JSON answer.
+async fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    let (status, _, payload) = call_text(addr, method, path, body).await;
     let value = if payload.is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(payload).unwrap()
+        serde_json::from_str(&payload).unwrap()
     };
     (status, value)
 }
@@ -216,6 +227,48 @@ async fn faults_calls_lbs_and_routes_over_http() {
     let (status, _) = call(addr, "DELETE", "/faults", None).await;
     assert_eq!(status, 204);
     assert!(c.handle().faults().is_empty());
+}
+
+#[tokio::test]
+async fn the_cloud_as_a_cloud_config_over_http() {
+    let (c, addr) = served("zones: [z1]\n").await;
+    let svc = service(
+        "web",
+        "12345678-0000-0000-0000-000000000000",
+        &[(80, 30080)],
+    );
+    c.ensure_load_balancer("kubernetes", &svc, &[node("n")])
+        .await
+        .unwrap();
+    let route = cloud_provider::Route {
+        target_node: "n".into(),
+        destination_cidr: "10.244.0.0/24".into(),
+        ..Default::default()
+    };
+    c.routes()
+        .unwrap()
+        .create_route("kubernetes", "hint", &route)
+        .await
+        .unwrap();
+    let (status, head, yaml) = call_text(addr, "GET", "/config", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/yaml"),
+        "{head}"
+    );
+    let config = FakeConfig::from_yaml(yaml.as_bytes()).unwrap();
+    assert_eq!(config, c.handle().cloud_config());
+    assert_eq!(config.load_balancers[0].ip.as_deref(), Some("198.51.100.1"));
+    assert_eq!(
+        config.routes[0].name.as_deref(),
+        Some("kubernetes-hint-10-244-0-0-24")
+    );
+    let second = FakeCloud::from_yaml(yaml.as_bytes()).unwrap();
+    assert_eq!(
+        second.get_load_balancer("kubernetes", &svc).await.unwrap(),
+        c.get_load_balancer("kubernetes", &svc).await.unwrap()
+    );
 }
 
 #[tokio::test]

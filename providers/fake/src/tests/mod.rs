@@ -2,6 +2,7 @@
 
 mod admin;
 mod cloud;
+mod declared;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec};
 
