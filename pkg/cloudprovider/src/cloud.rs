@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Clusters, Instances, InstancesV2, LoadBalancer, ProviderController, PvLabeler, Result, Routes,
-    Zones,
+    Clusters, Instances, InstancesV2, LoadBalancer, MutationGate, ProviderController, PvLabeler,
+    Result, Routes, Zones,
 };
 
 /// A cloud provider: the entry point the controller manager gets from the [`Registry`](crate::Registry).
@@ -64,6 +64,12 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// [`CloudProvider::initialize`]. The default has none.
     fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
         Vec::new()
+    }
+
+    /// The gate every mutating cloud call of the provider passes through (see [`crate::dry_run`]). A
+    /// provider without one cannot be dry-run: `--dry-run` refuses to start with it. The default has none.
+    fn mutation_gate(&self) -> Option<&MutationGate> {
+        None
     }
 
     /// Registers the provider's own metrics (cloud API calls, latencies, throttling) on the daemon's

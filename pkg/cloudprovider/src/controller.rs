@@ -12,7 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use tokio_util::sync::CancellationToken;
 
-use crate::Result;
+use crate::{DryRunLog, Result};
 
 /// A provider controller's names, as `--controllers`, logs and health checks show them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,6 +41,10 @@ pub struct ControllerContext {
     pub client: kube::Client,
     /// The shared Service watch.
     pub services: Box<dyn ServiceWatch>,
+    /// `--dry-run`: the controller makes one pass (after the first complete list), runs the sync of each
+    /// object it manages inside [`crate::for_object`], notes the objects ([`DryRunLog::visit`]) and the
+    /// failures ([`DryRunLog::record_failure`]) here, and returns.
+    pub dry_run: Option<DryRunLog>,
 }
 
 /// A control loop of a provider's own.

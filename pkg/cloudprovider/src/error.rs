@@ -49,6 +49,13 @@ pub enum CloudError {
         /// How long to wait before retrying.
         after: Duration,
     },
+    /// A dry run refused this mutating call (see [`crate::MutationGate`]): nothing was changed, and what
+    /// would follow from the call cannot be known.
+    #[error("dry run: {operation} would change the cloud; not called")]
+    WouldChange {
+        /// The provider's name of the operation.
+        operation: String,
+    },
     /// Any other provider failure.
     #[error("{message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
     Provider {
@@ -101,6 +108,11 @@ impl CloudError {
     /// True for [`CloudError::NotImplemented`].
     pub fn is_not_implemented(&self) -> bool {
         matches!(self, CloudError::NotImplemented)
+    }
+
+    /// True for [`CloudError::WouldChange`].
+    pub fn is_would_change(&self) -> bool {
+        matches!(self, CloudError::WouldChange { .. })
     }
 
     /// True for [`CloudError::ImplementedElsewhere`].

@@ -115,6 +115,7 @@
 pub mod cloud;
 pub mod clusters;
 pub mod controller;
+pub mod dry_run;
 pub mod error;
 pub mod instances;
 pub mod load_balancer;
@@ -129,6 +130,10 @@ pub mod zones;
 pub use cloud::CloudProvider;
 pub use clusters::Clusters;
 pub use controller::{ControllerContext, ControllerInfo, ProviderController, ServiceWatch};
+pub use dry_run::{
+    ApiWrite, CloudCall, DryRunLog, DryRunRecords, MutationGate, ObjectKey, ObjectKind,
+    REFUSED_BY_DRY_RUN, SyncFailure, current_object, for_object,
+};
 pub use error::{BoxError, CloudError, Result};
 pub use instances::{InstanceMetadata, InstanceState, Instances, InstancesV2};
 pub use load_balancer::{LoadBalancer, MAX_LOAD_BALANCER_NAME_LEN, default_load_balancer_name};

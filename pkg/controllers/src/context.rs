@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cloud_provider::{DryRunLog, ObjectKey};
+
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
@@ -44,6 +46,10 @@ pub struct ControllerConfig {
     /// The controllers' own event clients; a controller without one writes events with
     /// [`ControllerContext::event_client`].
     pub event_clients: ControllerClients,
+    /// `--dry-run`: every controller makes one pass over the cluster and stops, noting the objects it
+    /// looked at and the syncs that failed in this log (the provider's gate and the API clients record the
+    /// changes).
+    pub dry_run: Option<DryRunLog>,
 }
 
 /// API clients of individual controllers, by controller (see [`ControllerContext::client_for`]).
@@ -103,6 +109,7 @@ impl Default for ControllerConfig {
             node_deletion_max_percent: 50,
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
+            dry_run: None,
         }
     }
 }
@@ -146,6 +153,30 @@ impl ControllerContext {
             .get(controller)
             .cloned()
             .unwrap_or_else(|| self.client.clone())
+    }
+
+    /// Whether this is a dry run: one pass over the cluster, then stop.
+    pub fn is_single_pass(&self) -> bool {
+        self.config.dry_run.is_some()
+    }
+
+    /// In a dry run, notes that `object` was looked at (it is reported, in sync or not).
+    pub fn visit(&self, object: ObjectKey) {
+        if let Some(log) = &self.config.dry_run {
+            log.visit(object);
+        }
+    }
+
+    /// In a dry run, reports that `controller`'s sync of `object` failed with `error`.
+    pub fn record_failure(
+        &self,
+        controller: ControllerName,
+        object: Option<ObjectKey>,
+        error: &dyn std::fmt::Display,
+    ) {
+        if let Some(log) = &self.config.dry_run {
+            log.record_failure(controller.canonical(), object, error.to_string());
+        }
     }
 
     /// An event recorder reporting as `controller`, writing through [`ControllerContext::event_client`].

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cloud_provider::{ControllerContext as ProviderControllerContext, ServiceWatch};
+use cloud_provider::{ControllerContext as ProviderControllerContext, DryRunLog, ServiceWatch};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::Store;
 
@@ -54,9 +54,11 @@ impl ServiceWatch for SharedServiceWatch {
 pub fn provider_context(
     client: kube::Client,
     informers: &SharedInformers,
+    dry_run: Option<DryRunLog>,
 ) -> ProviderControllerContext {
     ProviderControllerContext {
         client,
         services: Box::new(SharedServiceWatch::new(informers)),
+        dry_run,
     }
 }

@@ -62,7 +62,7 @@ fn build_provider(
     informers: &SharedInformers,
     controller: Arc<dyn ProviderController>,
 ) -> Runner {
-    let context = provider_context(ctx.client.clone(), informers);
+    let context = provider_context(ctx.client.clone(), informers, ctx.config.dry_run.clone());
     let name = controller.info().name;
     Box::new(move |token| {
         Box::pin(async move {
@@ -165,6 +165,7 @@ pub async fn run_with_provider_controllers(
         let health = ctx.health.register(name);
         let health_for_panics = health.clone();
         let token = shutdown.child_token();
+        let dry_run = ctx.config.dry_run.clone();
         tracing::info!(controller = name, "starting controller");
         let handle = tasks.spawn(async move {
             let result = runner(token).await;
@@ -173,6 +174,9 @@ pub async fn run_with_provider_controllers(
                 Err(e) => {
                     tracing::error!(controller = name, error = %e, "controller failed");
                     health.set_failed(e.to_string());
+                    if let Some(log) = &dry_run {
+                        log.record_failure(name, None, e.to_string());
+                    }
                 }
             }
             result
@@ -205,8 +209,11 @@ pub async fn run_with_provider_controllers(
             first_error = err;
         }
     }
-    // Controllers only stop on shutdown; one that failed early stays reported unhealthy until then.
-    shutdown.cancelled().await;
+    // Controllers only stop on shutdown (one that failed early stays reported unhealthy until then),
+    // except in a dry run, where each stops after its pass.
+    if !ctx.is_single_pass() {
+        shutdown.cancelled().await;
+    }
     // Every controller has stopped: stop the watches too.
     informer_token.cancel();
     for task in informer_tasks {

@@ -34,6 +34,22 @@ struct State<K> {
     failures: HashMap<K, u32>,
     sequence: u64,
     shut_down: bool,
+    /// Set by [`WorkQueue::finish_when_idle`].
+    single_pass: bool,
+}
+
+impl<K> State<K> {
+    /// In a single pass, shuts the queue down once nothing is ready, being processed or delayed.
+    fn shut_down_if_finished(&mut self) -> bool {
+        if self.single_pass
+            && self.ready.is_empty()
+            && self.processing.is_empty()
+            && self.delayed_at.is_empty()
+        {
+            self.shut_down = true;
+        }
+        self.shut_down
+    }
 }
 
 struct Inner<K> {
@@ -97,6 +113,7 @@ where
                     failures: HashMap::new(),
                     sequence: 0,
                     shut_down: false,
+                    single_pass: false,
                 }),
                 notify: Notify::new(),
                 base_delay,
@@ -129,7 +146,7 @@ where
         }
         let at = deadline_after(delay);
         let mut s = self.inner.state.lock();
-        if s.shut_down {
+        if s.shut_down || s.single_pass {
             return;
         }
         if let Some(existing) = s.delayed_at.get(&key)
@@ -189,6 +206,25 @@ where
             s.ready.push_back(key.clone());
             drop(s);
             self.inner.notify.notify_one();
+        } else if s.shut_down_if_finished() {
+            drop(s);
+            self.inner.notify.notify_waiters();
+            self.inner.notify.notify_one();
+        }
+    }
+
+    /// Makes this a single pass over the keys queued so far (a dry run): delayed and rate-limited adds
+    /// (retries) are dropped, and the queue shuts itself down (workers get `None`) once every key has been
+    /// processed.
+    pub fn finish_when_idle(&self) {
+        let mut s = self.inner.state.lock();
+        s.single_pass = true;
+        s.delayed.clear();
+        s.delayed_at.clear();
+        if s.shut_down_if_finished() {
+            drop(s);
+            self.inner.notify.notify_waiters();
+            self.inner.notify.notify_one();
         }
     }
 
@@ -223,7 +259,10 @@ where
             let notified = self.inner.notify.notified();
             let deadline = {
                 let mut s = self.inner.state.lock();
-                if s.shut_down {
+                if s.shut_down || s.shut_down_if_finished() {
+                    drop(s);
+                    // Pass the news on to a worker that was not yet waiting when the queue shut down.
+                    self.inner.notify.notify_one();
                     return None;
                 }
                 let now = Instant::now();
@@ -294,6 +333,50 @@ fn promote_due<K: Eq + Hash + Clone + Ord>(s: &mut State<K>, now: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_single_pass_processes_each_key_once_and_then_ends() {
+        let queue = WorkQueue::new(Duration::from_millis(1), Duration::from_millis(10));
+        queue.add("a");
+        queue.add("b");
+        queue.finish_when_idle();
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    while let Some(key) = queue.next().await {
+                        seen.push(key);
+                        // A failure's retry is dropped in a single pass.
+                        queue.add_rate_limited(key, None);
+                        queue.done(&key);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for worker in workers {
+            seen.extend(
+                tokio::time::timeout(Duration::from_secs(5), worker)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, ["a", "b"]);
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_empty_single_pass_ends_at_once() {
+        let queue: WorkQueue<&str> =
+            WorkQueue::new(Duration::from_millis(1), Duration::from_millis(10));
+        queue.add_after("later", Duration::from_secs(60));
+        queue.finish_when_idle();
+        assert_eq!(queue.next().await, None);
+    }
 
     #[test]
     fn backoff_grows_and_caps() {

@@ -1,11 +1,12 @@
 //! Building the EC2, ELBv2 and STS clients: HTTPS through rustls with ring, credentials from the default
 //! chain (optionally through `RoleARN`), retries in standard or adaptive mode, endpoint overrides from the
-//! `[ServiceOverride]` sections and the metrics interceptor.
+//! `[ServiceOverride]` sections, the metrics interceptor and the mutation gate.
 //!
 //! Nothing here talks to AWS: the default credential chain is built on first use, so clients can be created
 //! outside any particular runtime and used from the controllers' runtime.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_config::BehaviorVersion;
@@ -23,9 +24,11 @@ use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
+use cloud_provider::MutationGate;
 
 use crate::config::{AwsService, CloudConfig, RetryMode};
 use crate::metrics::{AwsMetrics, MetricsInterceptor};
+use crate::mutation_gate::MutationGateInterceptor;
 
 /// Session name of the role sessions created for `RoleARN`.
 pub const ROLE_SESSION_NAME: &str = "cloud-controller-manager";
@@ -39,12 +42,14 @@ pub struct AwsClients {
     pub elb: aws_sdk_elasticloadbalancingv2::Client,
     /// Elastic Load Balancing (classic load balancers).
     pub elb_classic: aws_sdk_elasticloadbalancing::Client,
+    /// The gate every mutating call of the three clients passes through.
+    pub gate: Arc<MutationGate>,
 }
 
 /// A client of one SDK crate with the shared credentials, identity cache, HTTP client, retries, timeouts
 /// and metrics, sent to `endpoint`.
 macro_rules! service_client {
-    ($sdk:ident, $endpoint:expr, $credentials:expr, $cache:expr, $http:expr, $config:expr, $metrics:expr) => {{
+    ($sdk:ident, $endpoint:expr, $credentials:expr, $cache:expr, $http:expr, $config:expr, $metrics:expr, $gate:expr) => {{
         let endpoint = &$endpoint;
         let mut builder = $sdk::Config::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -54,7 +59,8 @@ macro_rules! service_client {
             .http_client($http.clone())
             .retry_config(retry_config($config))
             .timeout_config(timeout_config())
-            .interceptor(MetricsInterceptor::new($metrics.clone()));
+            .interceptor(MetricsInterceptor::new($metrics.clone()))
+            .interceptor(MutationGateInterceptor::new($gate.clone()));
         if let Some(url) = &endpoint.url {
             builder = builder.endpoint_url(url);
         }
@@ -133,7 +139,9 @@ pub fn build_clients(
     let ec2_endpoint = endpoint(config, AwsService::Ec2, region);
     let elb_endpoint = endpoint(config, AwsService::ElasticLoadBalancingV2, region);
     let classic_endpoint = endpoint(config, AwsService::ElasticLoadBalancingClassic, region);
+    let gate = Arc::new(MutationGate::default());
     AwsClients {
+        gate: gate.clone(),
         ec2: service_client!(
             aws_sdk_ec2,
             ec2_endpoint,
@@ -141,7 +149,8 @@ pub fn build_clients(
             cache,
             http,
             config,
-            metrics
+            metrics,
+            gate
         ),
         elb: service_client!(
             aws_sdk_elasticloadbalancingv2,
@@ -150,7 +159,8 @@ pub fn build_clients(
             cache,
             http,
             config,
-            metrics
+            metrics,
+            gate
         ),
         elb_classic: service_client!(
             aws_sdk_elasticloadbalancing,
@@ -159,7 +169,8 @@ pub fn build_clients(
             cache,
             http,
             config,
-            metrics
+            metrics,
+            gate
         ),
     }
 }

@@ -333,6 +333,10 @@ impl CloudProvider for AwsCloud {
         Some(self)
     }
 
+    fn mutation_gate(&self) -> Option<&cloud_provider::MutationGate> {
+        Some(&self.clients.gate)
+    }
+
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         crate::metrics::AwsMetrics::global().register(registry);
     }

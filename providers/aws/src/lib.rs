@@ -13,7 +13,9 @@
 //! - [`PvLabeler`](cloud_provider::PvLabeler): zone and region labels of EBS-backed volumes.
 //!
 //! Every AWS call is counted in [`AwsMetrics`] under the upstream metric names, retried by the SDK in
-//! standard or adaptive mode, and never logged with credentials.
+//! standard or adaptive mode, and never logged with credentials. Every call that can change something
+//! passes through the provider's [`MutationGate`](cloud_provider::MutationGate) (an SDK interceptor), which
+//! stops it in a dry run.
 
 pub mod client;
 pub mod cloud;
@@ -23,6 +25,7 @@ pub mod ini;
 pub mod instances;
 pub mod load_balancer;
 pub mod metrics;
+mod mutation_gate;
 pub mod routes;
 pub mod tagging;
 pub mod volumes;

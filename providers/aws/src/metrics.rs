@@ -24,6 +24,8 @@ use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use prometheus_client::encoding::EncodeLabelSet;
+
+use crate::mutation_gate::StoppedByGate;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -227,7 +229,8 @@ impl MetricsInterceptor {
     }
 }
 
-fn operation_name(cfg: &ConfigBag) -> &str {
+/// The SDK's name of the operation of the current call.
+pub(crate) fn operation_name(cfg: &ConfigBag) -> &str {
     cfg.load::<Metadata>()
         .map(Metadata::name)
         .unwrap_or("unknown")
@@ -267,6 +270,10 @@ impl Intercept for MetricsInterceptor {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        if cfg.load::<StoppedByGate>().is_some() {
+            // Not made: a dry run stopped it.
+            return Ok(());
+        }
         let seconds = cfg
             .load::<CallStart>()
             .map(|start| start.0.elapsed().as_secs_f64())

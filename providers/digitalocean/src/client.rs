@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use cloud_provider::CloudError;
+use cloud_provider::{CloudError, MutationGate};
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -101,6 +101,12 @@ pub enum ApiError {
     /// The HTTP client could not be built.
     #[error("cannot build the DigitalOcean HTTP client: {0}")]
     Build(#[source] reqwest::Error),
+    /// A dry run did not send this mutating call ([`DoClient::mutation_gate`]).
+    #[error("{request}: dry run: not sent")]
+    DryRun {
+        /// The call.
+        request: String,
+    },
 }
 
 impl ApiError {
@@ -124,6 +130,7 @@ impl From<ApiError> for CloudError {
             ApiError::RateLimited { after, .. } => {
                 CloudError::retry(err.to_string(), after.max(Duration::from_secs(1)))
             }
+            ApiError::DryRun { request } => CloudError::WouldChange { operation: request },
             other => CloudError::provider_with("DigitalOcean API", other),
         }
     }
@@ -143,6 +150,7 @@ struct Inner {
     limiter: Option<RateLimiter>,
     metrics: ApiMetrics,
     rate: parking_lot::Mutex<RateState>,
+    gate: MutationGate,
 }
 
 /// The API client; cloning shares connections, limits and metrics.
@@ -192,6 +200,7 @@ impl DoClient {
                 limiter: config.api_rate_limit_qps.map(RateLimiter::new),
                 metrics: ApiMetrics::default(),
                 rate: parking_lot::Mutex::new(RateState::default()),
+                gate: MutationGate::default(),
             }),
         })
     }
@@ -199,6 +208,11 @@ impl DoClient {
     /// The API metrics of this client.
     pub fn metrics(&self) -> &ApiMetrics {
         &self.inner.metrics
+    }
+
+    /// The gate every mutating call (any method but `GET`) passes through, in [`DoClient::send`].
+    pub fn mutation_gate(&self) -> &MutationGate {
+        &self.inner.gate
     }
 
     /// The API base URL.
@@ -400,6 +414,16 @@ impl DoClient {
     ) -> Result<Response, ApiError> {
         let inner = &self.inner;
         let request = describe(&method, url.path());
+        if method != Method::GET {
+            let details = || {
+                body.as_deref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default()
+            };
+            if inner.gate.check(&request, details).is_err() {
+                return Err(ApiError::DryRun { request });
+            }
+        }
         let mut attempt: u32 = 0;
         loop {
             if let Some(limiter) = &inner.limiter {

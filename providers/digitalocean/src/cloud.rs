@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cloud_provider::{
     BoxError, CloudError, CloudProvider, InstancesV2, LoadBalancer as LoadBalancerCapability,
-    ProviderController, PvLabeler, Result,
+    MutationGate, ProviderController, PvLabeler, Result,
 };
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
@@ -227,6 +227,10 @@ impl CloudProvider for DigitalOceanCloud {
             self.config.public_access_firewall.clone(),
             self.config.default_lb_type,
         ))]
+    }
+
+    fn mutation_gate(&self) -> Option<&MutationGate> {
+        Some(self.client.mutation_gate())
     }
 
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {

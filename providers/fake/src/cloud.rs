@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use cloud_provider::{
     CloudError, CloudProvider, Clusters, InstanceMetadata, InstanceState, Instances, InstancesV2,
-    LoadBalancer, ProviderId, PvLabeler, Result, Route, Routes, Zone, Zones, well_known,
+    LoadBalancer, MutationGate, ProviderId, PvLabeler, Result, Route, Routes, Zone, Zones,
+    well_known,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service,
@@ -28,6 +29,8 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     /// The admin API's bound address, once started.
     pub(crate) admin: Mutex<Option<SocketAddr>>,
+    /// The gate of the mutating operations ([`FakeCloud::gate_mutation`]).
+    pub(crate) mutations: MutationGate,
 }
 
 /// An in-memory cloud implementing every provider capability.
@@ -67,6 +70,7 @@ impl FakeCloud {
                 config,
                 state: Mutex::new(state),
                 admin: Mutex::new(None),
+                mutations: MutationGate::default(),
             }),
         })
     }
@@ -124,6 +128,20 @@ impl FakeCloud {
             Some(i) => Err(i.error(op, CloudError::InstanceNotFound)),
             None => Ok(()),
         }
+    }
+
+    /// Gate of every operation that can change the cloud: when it would (`changes`), a dry run refuses it
+    /// before anything else (not counted, no latency), with `details` naming what it would have changed.
+    async fn gate_mutation(
+        &self,
+        op: &'static str,
+        changes: bool,
+        details: impl FnOnce() -> String,
+    ) -> Result<()> {
+        if changes {
+            self.shared.mutations.check(op, details)?;
+        }
+        self.gate_plain(op).await
     }
 
     /// Gate for operations where `notFound` has no meaning (it becomes a provider error).
@@ -222,6 +240,10 @@ impl FakeCloud {
 impl CloudProvider for FakeCloud {
     fn provider_name(&self) -> &str {
         PROVIDER_NAME
+    }
+
+    fn mutation_gate(&self) -> Option<&MutationGate> {
+        Some(&self.shared.mutations)
     }
 
     /// Starts the admin HTTP API when `adminAddress` is configured (and not already serving).
@@ -433,7 +455,15 @@ impl LoadBalancer for FakeCloud {
         service: &Service,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus> {
-        self.gate_plain("ensure_load_balancer").await?;
+        let changes = !self
+            .shared
+            .state
+            .lock()
+            .lb_is_current(cluster_name, service, nodes);
+        self.gate_mutation("ensure_load_balancer", changes, || {
+            service_and_nodes(service, nodes)
+        })
+        .await?;
         self.shared
             .state
             .lock()
@@ -442,11 +472,19 @@ impl LoadBalancer for FakeCloud {
 
     async fn update_load_balancer(
         &self,
-        _cluster_name: &str,
+        cluster_name: &str,
         service: &Service,
         nodes: &[Node],
     ) -> Result<()> {
-        self.gate_plain("update_load_balancer").await?;
+        let changes = !self
+            .shared
+            .state
+            .lock()
+            .lb_is_current(cluster_name, service, nodes);
+        self.gate_mutation("update_load_balancer", changes, || {
+            service_and_nodes(service, nodes)
+        })
+        .await?;
         self.shared.state.lock().update_lb(service, nodes)
     }
 
@@ -455,9 +493,40 @@ impl LoadBalancer for FakeCloud {
         _cluster_name: &str,
         service: &Service,
     ) -> Result<()> {
-        self.gate_plain("ensure_load_balancer_deleted").await?;
+        let changes = self.shared.state.lock().has_lb(service);
+        self.gate_mutation("ensure_load_balancer_deleted", changes, || {
+            service_name(service)
+        })
+        .await?;
         self.shared.state.lock().delete_lb(service)
     }
+}
+
+/// What a dry run reports of a load-balancer call: the Service and the nodes.
+fn service_and_nodes(service: &Service, nodes: &[Node]) -> String {
+    let names: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    format!(
+        "service {}, nodes [{}]",
+        service_name(service),
+        names.join(", ")
+    )
+}
+
+/// `namespace/name` of a Service.
+fn service_name(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// What a dry run reports of a route call.
+fn route_text(route: &Route) -> String {
+    format!("{} via {}", route.destination_cidr, route.target_node)
 }
 
 #[async_trait::async_trait]
@@ -472,7 +541,8 @@ impl Routes for FakeCloud {
     }
 
     async fn create_route(&self, cluster_name: &str, name_hint: &str, route: &Route) -> Result<()> {
-        self.gate_plain("create_route").await?;
+        self.gate_mutation("create_route", true, || route_text(route))
+            .await?;
         self.shared
             .state
             .lock()
@@ -480,7 +550,8 @@ impl Routes for FakeCloud {
     }
 
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<()> {
-        self.gate_plain("delete_route").await?;
+        self.gate_mutation("delete_route", true, || route_text(route))
+            .await?;
         self.shared.state.lock().delete_route(cluster_name, route);
         Ok(())
     }

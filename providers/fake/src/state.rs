@@ -762,6 +762,34 @@ impl State {
         Ok(Self::status_of(&ip))
     }
 
+    /// Whether `ensure_lb` (or `update_lb`) with these arguments would leave the load balancer as it is.
+    pub(crate) fn lb_is_current(&self, cluster: &str, service: &Service, nodes: &[Node]) -> bool {
+        let (Ok(name), Ok(requested)) = (Self::lb_name(service), Self::requested_ip(service))
+        else {
+            return false;
+        };
+        let Some(lb) = self.lbs.get(&name) else {
+            return false;
+        };
+        let backends: BTreeSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        requested.is_none_or(|want| lb.ip.parse().ok() == Some(want))
+            && lb.cluster == cluster
+            && lb.service == Self::service_key(service)
+            && lb.ports == Self::ports_of(service)
+            && backends
+                .iter()
+                .copied()
+                .eq(lb.nodes.iter().map(String::as_str))
+    }
+
+    /// Whether the load balancer of `service` exists.
+    pub(crate) fn has_lb(&self, service: &Service) -> bool {
+        Self::lb_name(service).is_ok_and(|name| self.lbs.contains_key(&name))
+    }
+
     pub(crate) fn update_lb(
         &mut self,
         service: &Service,

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_provider::{CloudError, InstanceMetadata, TAINT_UNINITIALIZED};
+use cloud_provider::{CloudError, InstanceMetadata, ObjectKey, TAINT_UNINITIALIZED};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, Taint};
 use kube::api::{Api, Patch};
@@ -209,7 +209,7 @@ impl CloudNodeController {
         }
     }
 
-    /// Runs until `shutdown` is cancelled.
+    /// Runs until `shutdown` is cancelled; in a dry run, until one pass over the nodes is done.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
         let CloudNodeController {
             inner,
@@ -226,34 +226,53 @@ impl CloudNodeController {
             nodes = inner.store.len(),
             "node cache synced; starting workers"
         );
+        let single_pass = inner.ctx.is_single_pass();
         let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(pump(inner.clone(), events, shutdown.clone()));
-        for _ in 0..workers {
-            let inner = inner.clone();
-            tasks.spawn(async move {
-                let panics = PanicGuard::new(&inner.ctx, ControllerName::CloudNode);
-                while let Some(batch) = inner.queue.next_batch(MAX_BATCH, workers).await {
-                    let object = batch.join(",");
-                    if panics
-                        .run(&object, inner.process_batch(&batch))
-                        .await
-                        .is_none()
-                    {
-                        // Reported by the guard; every node of the batch is tried again with backoff.
-                        for name in &batch {
-                            inner.queue.add_rate_limited(name.clone(), None);
-                            inner.queue.done(name);
-                        }
-                    }
+        if single_pass {
+            for node in inner.store.state() {
+                inner.ctx.visit(ObjectKey::node(node.name()));
+                if needs_sync(&node) {
+                    inner.queue.add(node.name().to_string());
                 }
-            });
+            }
+            inner.queue.finish_when_idle();
+        } else {
+            tasks.spawn(pump(inner.clone(), events, shutdown.clone()));
+            tasks.spawn(address_sync_loop(inner.clone(), shutdown.clone()));
         }
-        tasks.spawn(address_sync_loop(inner.clone(), shutdown.clone()));
-        shutdown.cancelled().await;
-        inner.queue.shut_down();
+        for _ in 0..workers {
+            tasks.spawn(worker(inner.clone(), workers));
+        }
+        if single_pass {
+            if !inner.ctx.config.node_status_update_frequency.is_zero() {
+                inner.sync_addresses().await;
+            }
+        } else {
+            shutdown.cancelled().await;
+            inner.queue.shut_down();
+        }
         while tasks.join_next().await.is_some() {}
         inner.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
         Ok(())
+    }
+}
+
+/// Takes batches of nodes from the queue until it shuts down.
+async fn worker(inner: Arc<Inner>, workers: usize) {
+    let panics = PanicGuard::new(&inner.ctx, ControllerName::CloudNode);
+    while let Some(batch) = inner.queue.next_batch(MAX_BATCH, workers).await {
+        let object = batch.join(",");
+        if panics
+            .run(&object, inner.process_batch(&batch))
+            .await
+            .is_none()
+        {
+            // Reported by the guard; every node of the batch is tried again with backoff.
+            for name in &batch {
+                inner.queue.add_rate_limited(name.clone(), None);
+                inner.queue.done(name);
+            }
+        }
     }
 }
 
@@ -316,6 +335,15 @@ async fn address_sync_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
 }
 
 impl Inner {
+    /// In a dry run, reports that the sync of node `name` failed.
+    fn record_failure(&self, name: &str, error: &dyn std::fmt::Display) {
+        self.ctx.record_failure(
+            ControllerName::CloudNode,
+            Some(ObjectKey::node(name)),
+            error,
+        );
+    }
+
     fn finish(&self, name: &str, result: Result<(), SyncError>) {
         match result {
             Ok(()) => self.queue.forget(&name.to_string()),
@@ -324,6 +352,7 @@ impl Inner {
                     .queue
                     .add_rate_limited(name.to_string(), error.retry_after());
                 tracing::warn!(node = name, %error, retry_in = ?delay, "failed to sync node");
+                self.record_failure(name, &error);
             }
         }
     }
@@ -577,6 +606,7 @@ impl Inner {
                 }
                 Err(error) => {
                     tracing::warn!(node = %name, %error, "could not get node addresses from the cloud");
+                    self.record_failure(name, &error);
                     continue;
                 }
             };
@@ -589,11 +619,13 @@ impl Inner {
                 Ok(Some(_)) => match self.write_addresses(&node, &cloud_addresses).await {
                     Ok(()) => tracing::info!(node = %name, "updated node addresses"),
                     Err(error) => {
-                        tracing::warn!(node = %name, %error, "could not update node addresses; next sync retries")
+                        tracing::warn!(node = %name, %error, "could not update node addresses; next sync retries");
+                        self.record_failure(name, &error);
                     }
                 },
                 Err(e) => {
                     tracing::warn!(node = %name, error = %e, "node addresses not updated");
+                    self.record_failure(name, &e);
                     self.recorder.publish(
                         &node.object_reference(),
                         EventType::Warning,

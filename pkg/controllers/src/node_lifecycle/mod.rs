@@ -14,7 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_provider::{CloudError, CloudProvider, InstanceState, Instances, TAINT_SHUTDOWN};
+use cloud_provider::{
+    CloudError, CloudProvider, InstanceState, Instances, ObjectKey, TAINT_SHUTDOWN,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
@@ -138,11 +140,17 @@ impl CloudNodeLifecycleController {
         }
     }
 
-    /// Runs a pass every `--node-monitor-period` until `shutdown` is cancelled.
+    /// Runs a pass every `--node-monitor-period` until `shutdown` is cancelled; in a dry run, one pass.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             synced = self.informers.wait_nodes_synced() => synced?,
+        }
+        if self.ctx.is_single_pass() {
+            let pass = self.monitor_nodes().await;
+            tracing::debug!(?pass, "node lifecycle pass finished");
+            self.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+            return Ok(());
         }
         let mut ticker = tokio::time::interval(
             self.ctx
@@ -178,6 +186,7 @@ impl CloudNodeLifecycleController {
         let mut ready_tainted = Vec::new();
         let mut not_ready = Vec::new();
         for node in nodes.iter() {
+            self.ctx.visit(ObjectKey::node(node.name()));
             if node.is_terminating() {
                 continue;
             }
@@ -209,6 +218,7 @@ impl CloudNodeLifecycleController {
                 Err(error) => {
                     summary.errors += 1;
                     tracing::warn!(node = %node.name(), %error, "could not check the node's instance; skipping it this pass");
+                    self.record_failure(node.name(), &error);
                 }
             }
         }
@@ -243,6 +253,7 @@ impl CloudNodeLifecycleController {
                     "node deletion guard tripped: {message}"
                 );
                 if let Some(first) = gone.iter().min_by_key(|n| n.name()) {
+                    self.record_failure(first.name(), &message);
                     self.recorder.publish(
                         &first.object_reference(),
                         EventType::Warning,
@@ -254,6 +265,15 @@ impl CloudNodeLifecycleController {
             }
         }
         summary
+    }
+
+    /// In a dry run, reports that a step of the pass failed for node `name`.
+    fn record_failure(&self, name: &str, error: &dyn std::fmt::Display) {
+        self.ctx.record_failure(
+            ControllerName::CloudNodeLifecycle,
+            Some(ObjectKey::node(name)),
+            error,
+        );
     }
 
     async fn remove_shutdown_taints(&self, nodes: &[Arc<CachedNode>]) -> usize {
@@ -299,6 +319,7 @@ impl CloudNodeLifecycleController {
             }
             Err(error) => {
                 tracing::warn!(node = %name, %error, "could not {what}; next pass retries");
+                self.record_failure(name, &format!("could not {what}: {error}"));
                 false
             }
         }
@@ -341,6 +362,7 @@ impl CloudNodeLifecycleController {
             }
             Err(error) => {
                 tracing::warn!(node = %name, %error, "unable to delete node");
+                self.record_failure(name, &format!("could not delete the node: {error}"));
                 self.recorder.publish(
                     &reference,
                     EventType::Warning,

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_provider::{CloudError, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA};
+use cloud_provider::{
+    CloudError, LABEL_REGION, LABEL_REGION_BETA, LABEL_ZONE, LABEL_ZONE_BETA, ObjectKey,
+};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -174,7 +176,7 @@ impl PvLabelController {
         }
     }
 
-    /// Runs until `shutdown` is cancelled.
+    /// Runs until `shutdown` is cancelled; in a dry run, until one pass over the volumes is done.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
         let PvLabelController {
             inner,
@@ -193,41 +195,17 @@ impl PvLabelController {
         }
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..WORKERS {
-            let inner = inner.clone();
-            workers.spawn(async move {
-                let panics = PanicGuard::new(&inner.ctx, ControllerName::PvLabel);
-                while let Some(name) = inner.queue.next().await {
-                    let Some(result) = panics.run(&name, inner.sync(&name)).await else {
-                        // Reported by the guard; the volume is tried again with backoff.
-                        inner.queue.add_rate_limited(name.clone(), None);
-                        inner.queue.done(&name);
-                        continue;
-                    };
-                    match result {
-                        Ok(()) => inner.queue.forget(&name),
-                        Err(error) => {
-                            let delay = inner.queue.add_rate_limited(
-                                name.clone(),
-                                match &error {
-                                    SyncError::Cloud(e) => e.retry_after(),
-                                    SyncError::Kube(_) => None,
-                                },
-                            );
-                            tracing::warn!(pv = %name, %error, retry_in = ?delay, "failed to label volume");
-                            if let Some(pv) = inner.store.get(&ObjectRef::new(&name)) {
-                                inner.recorder.publish(
-                                    &object_ref(pv.as_ref()),
-                                    EventType::Warning,
-                                    "FailedLabelVolume",
-                                    "LabelVolume",
-                                    format!("Failed to label volume with its zone and region: {error}"),
-                                );
-                            }
-                        }
-                    }
-                    inner.queue.done(&name);
-                }
-            });
+            workers.spawn(worker(inner.clone()));
+        }
+        if inner.ctx.is_single_pass() {
+            for pv in inner.store.state() {
+                inner.ctx.visit(ObjectKey::persistent_volume(pv.name_any()));
+                inner.enqueue(&pv);
+            }
+            inner.queue.finish_when_idle();
+            while workers.join_next().await.is_some() {}
+            inner.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+            return Ok(());
         }
         loop {
             let event = tokio::select! {
@@ -266,7 +244,49 @@ impl PvLabelController {
     }
 }
 
+/// Labels volumes from the queue until it shuts down.
+async fn worker(inner: Arc<Inner>) {
+    let panics = PanicGuard::new(&inner.ctx, ControllerName::PvLabel);
+    while let Some(name) = inner.queue.next().await {
+        let Some(result) = panics.run(&name, inner.sync(&name)).await else {
+            // Reported by the guard; the volume is tried again with backoff.
+            inner.queue.add_rate_limited(name.clone(), None);
+            inner.queue.done(&name);
+            continue;
+        };
+        match result {
+            Ok(()) => inner.queue.forget(&name),
+            Err(error) => inner.failed(&name, &error),
+        }
+        inner.queue.done(&name);
+    }
+}
+
 impl Inner {
+    /// Retries the volume `name` with backoff and says why in a Warning event.
+    fn failed(&self, name: &str, error: &SyncError) {
+        let retry_after = match error {
+            SyncError::Cloud(e) => e.retry_after(),
+            SyncError::Kube(_) => None,
+        };
+        let delay = self.queue.add_rate_limited(name.to_string(), retry_after);
+        tracing::warn!(pv = %name, %error, retry_in = ?delay, "failed to label volume");
+        self.ctx.record_failure(
+            ControllerName::PvLabel,
+            Some(ObjectKey::persistent_volume(name)),
+            error,
+        );
+        if let Some(pv) = self.store.get(&ObjectRef::new(name)) {
+            self.recorder.publish(
+                &object_ref(pv.as_ref()),
+                EventType::Warning,
+                "FailedLabelVolume",
+                "LabelVolume",
+                format!("Failed to label volume with its zone and region: {error}"),
+            );
+        }
+    }
+
     fn is_finished(&self, pv: &PersistentVolume) -> bool {
         let uid = pv.uid().unwrap_or_default();
         self.finished.lock().get(&pv.name_any()) == Some(&uid)

@@ -14,11 +14,11 @@
 
 pub mod plan;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_provider::{CloudProvider, Route, Routes};
+use cloud_provider::{CloudProvider, ObjectKey, Route, Routes, for_object};
 use futures::StreamExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
@@ -64,6 +64,7 @@ pub const REASON_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
 /// The node-route-controller. Build it with [`NodeRouteController::new`] before the informers start, then
 /// [`NodeRouteController::run`] it.
 pub struct NodeRouteController {
+    ctx: ControllerContext,
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
@@ -88,7 +89,7 @@ impl std::fmt::Debug for NodeRouteController {
 }
 
 /// Counts of one reconciliation, for the logs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct ReconcileSummary {
     /// Routes created (including the second half of updates).
     created: usize,
@@ -102,12 +103,15 @@ struct ReconcileSummary {
     suppressed_deletions: usize,
     /// Node conditions written.
     conditions_patched: usize,
+    /// Nodes a route creation of which a dry run did not make: their condition depends on its outcome.
+    refused: HashSet<String>,
 }
 
 impl NodeRouteController {
     /// Creates the controller and subscribes it to the shared node informer.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         NodeRouteController {
+            ctx: ctx.clone(),
             client: ctx.client_for(ControllerName::NodeRoute),
             cloud: ctx.cloud.clone(),
             cluster_name: ctx.config.cluster_name.clone(),
@@ -138,6 +142,7 @@ impl NodeRouteController {
             result = self.informers.wait_nodes_synced() => result?,
         }
         let NodeRouteController {
+            ctx,
             client,
             cloud,
             cluster_name,
@@ -151,6 +156,7 @@ impl NodeRouteController {
             node_events,
         } = self;
         let reconciler = Reconciler {
+            ctx,
             client,
             cloud,
             cluster_name,
@@ -159,6 +165,11 @@ impl NodeRouteController {
             metrics,
             nodes,
         };
+        if reconciler.ctx.is_single_pass() {
+            reconciler.reconcile_once(&panics).await;
+            reconciler.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
+            return Ok(());
+        }
         let changed = Arc::new(Notify::new());
         let watcher = tokio::spawn(watch_nodes(
             reconciler.nodes.clone(),
@@ -179,26 +190,17 @@ impl NodeRouteController {
                     }
                 }
             }
-            let Some(outcome) = panics
-                .run("a route reconciliation", reconciler.reconcile())
-                .await
-            else {
-                // Reported by the guard; the next period starts a fresh reconciliation.
-                continue;
-            };
-            match outcome {
-                Ok(summary) => {
-                    tracing::debug!(controller = %ControllerName::NodeRoute, ?summary, "routes reconciled")
-                }
-                Err(error) => {
-                    tracing::warn!(controller = %ControllerName::NodeRoute, %error, "route reconciliation failed")
-                }
-            }
+            reconciler.reconcile_once(&panics).await;
         }
         watcher.abort();
         reconciler.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
         Ok(())
     }
+}
+
+/// How a dry run reports `route`.
+fn route_key(route: &Route) -> ObjectKey {
+    ObjectKey::route(&route.target_node, &route.destination_cidr)
 }
 
 /// What of a Node matters to its routes.
@@ -269,6 +271,7 @@ enum ReconcileError {
 }
 
 struct Reconciler {
+    ctx: ControllerContext,
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
@@ -279,6 +282,30 @@ struct Reconciler {
 }
 
 impl Reconciler {
+    /// One reconciliation, its outcome logged (and in a dry run, a failure reported).
+    async fn reconcile_once(&self, panics: &PanicGuard) {
+        let Some(outcome) = panics.run("a route reconciliation", self.reconcile()).await else {
+            // Reported by the guard; the next period starts a fresh reconciliation.
+            return;
+        };
+        match outcome {
+            Ok(summary) => {
+                tracing::debug!(controller = %ControllerName::NodeRoute, ?summary, "routes reconciled")
+            }
+            Err(error) => {
+                tracing::warn!(controller = %ControllerName::NodeRoute, %error, "route reconciliation failed");
+                self.ctx
+                    .record_failure(ControllerName::NodeRoute, None, &error);
+            }
+        }
+    }
+
+    /// In a dry run, reports that creating or deleting `route` failed.
+    fn record_failure(&self, route: &Route, error: &dyn std::fmt::Display) {
+        self.ctx
+            .record_failure(ControllerName::NodeRoute, Some(route_key(route)), error);
+    }
+
     async fn reconcile(&self) -> Result<ReconcileSummary, ReconcileError> {
         let routes_api = self.cloud.routes().ok_or(ReconcileError::NoRoutes)?;
         let routes = routes_api
@@ -288,6 +315,9 @@ impl Reconciler {
                 cluster: self.cluster_name.clone(),
                 source,
             })?;
+        for route in &routes {
+            self.ctx.visit(route_key(route));
+        }
         // Read the nodes after listing routes, so a node created meanwhile is not mistaken for missing.
         let nodes = self.nodes.state();
         let facts: Vec<NodeRouting> = nodes.iter().map(|n| NodeRouting::of(n)).collect();
@@ -322,9 +352,10 @@ impl Reconciler {
         let node_cidrs = node_cidrs.into_inner();
         // A node without pod CIDRs (not allocated yet, or by another allocator later) is left alone, as
         // upstream does: saying NetworkUnavailable=True would taint it.
+        let refused = std::mem::take(&mut summary.lock().refused);
         let with_cidrs: Vec<Arc<CachedNode>> = nodes
             .iter()
-            .filter(|n| !n.pod_cidrs.is_empty())
+            .filter(|n| !n.pod_cidrs.is_empty() && !refused.contains(n.name()))
             .cloned()
             .collect();
         let patched = futures::stream::iter(with_cidrs)
@@ -336,8 +367,8 @@ impl Reconciler {
             .filter(|patched| std::future::ready(*patched))
             .count()
             .await;
-        let mut summary = summary.into_inner();
-        summary.conditions_patched = patched;
+        summary.lock().conditions_patched = patched;
+        let summary = summary.into_inner();
         Ok(summary)
     }
 
@@ -381,15 +412,21 @@ impl Reconciler {
     ) -> bool {
         let start = Instant::now();
         let cidr = &creation.route.destination_cidr;
-        match routes
-            .create_route(&self.cluster_name, &creation.name_hint, &creation.route)
-            .await
-        {
+        let created = for_object(
+            route_key(&creation.route),
+            routes.create_route(&self.cluster_name, &creation.name_hint, &creation.route),
+        )
+        .await;
+        match created {
             Ok(()) => {
                 summary.lock().created += 1;
                 tracing::info!(node = %creation.node, %cidr, hint = %creation.name_hint,
                     elapsed = ?start.elapsed(), "created route");
                 true
+            }
+            Err(error) if error.is_would_change() => {
+                summary.lock().refused.insert(creation.node.clone());
+                false
             }
             Err(error) => {
                 summary.lock().create_failed += 1;
@@ -402,6 +439,7 @@ impl Reconciler {
                     error
                 );
                 tracing::warn!("{message}");
+                self.record_failure(&creation.route, &message);
                 if let Some(node) = node {
                     self.recorder.publish(
                         &node.object_reference(),
@@ -424,7 +462,12 @@ impl Reconciler {
         summary: &Mutex<ReconcileSummary>,
     ) -> bool {
         let start = Instant::now();
-        match routes.delete_route(&self.cluster_name, route).await {
+        let deleted = for_object(
+            route_key(route),
+            routes.delete_route(&self.cluster_name, route),
+        )
+        .await;
+        match deleted {
             Ok(()) => {
                 summary.lock().deleted += 1;
                 tracing::info!(route = %route.name, cidr = %route.destination_cidr,
@@ -435,6 +478,10 @@ impl Reconciler {
                 summary.lock().delete_failed += 1;
                 tracing::warn!(route = %route.name, cidr = %route.destination_cidr,
                     node = %route.target_node, %error, "could not delete route");
+                self.record_failure(
+                    route,
+                    &format!("could not delete route {}: {error}", route.name),
+                );
                 false
             }
         }
@@ -462,6 +509,11 @@ impl Reconciler {
             }
             Err(error) => {
                 tracing::warn!(node = %name, %error, "could not update the NetworkUnavailable condition");
+                self.ctx.record_failure(
+                    ControllerName::NodeRoute,
+                    Some(ObjectKey::node(name)),
+                    &format!("could not update the NetworkUnavailable condition: {error}"),
+                );
                 false
             }
         }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
-use cloud_provider::{CloudError, CloudProvider, LoadBalancer};
+use cloud_provider::{CloudError, CloudProvider, LoadBalancer, ObjectKey, ObjectKind, for_object};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{Api, Patch};
@@ -132,6 +132,7 @@ impl std::fmt::Debug for ServiceLbController {
 }
 
 struct Shared {
+    ctx: ControllerContext,
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
@@ -170,6 +171,7 @@ impl ServiceLbController {
     /// Creates the controller and subscribes it to the shared node and service informers.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
         let shared = Shared {
+            ctx: ctx.clone(),
             client: ctx.client_for(ControllerName::ServiceLb),
             cloud: ctx.cloud.clone(),
             cluster_name: ctx.config.cluster_name.clone(),
@@ -239,23 +241,30 @@ impl ServiceLbController {
             "caches synced; starting workers"
         );
 
+        let single_pass = shared.ctx.is_single_pass();
         let mut tasks = JoinSet::new();
-        tasks.spawn(watch_services(
-            shared.clone(),
-            service_events,
-            shutdown.clone(),
-        ));
-        tasks.spawn(watch_nodes(
-            shared.clone(),
-            node_events,
-            seen_nodes,
-            shutdown.clone(),
-        ));
+        if single_pass {
+            shared.queue_every_load_balancer();
+        } else {
+            tasks.spawn(watch_services(
+                shared.clone(),
+                service_events,
+                shutdown.clone(),
+            ));
+            tasks.spawn(watch_nodes(
+                shared.clone(),
+                node_events,
+                seen_nodes,
+                shutdown.clone(),
+            ));
+        }
         for _ in 0..shared.workers {
             tasks.spawn(worker(shared.clone()));
         }
-        shutdown.cancelled().await;
-        shared.queue.shut_down();
+        if !single_pass {
+            shutdown.cancelled().await;
+            shared.queue.shut_down();
+        }
         let mut failure = None;
         while let Some(joined) = tasks.join_next().await {
             if let Err(error) = joined
@@ -461,7 +470,9 @@ impl NodeView {
 
 async fn worker(shared: Arc<Shared>) {
     while let Some(key) = shared.queue.next().await {
-        let Some(outcome) = shared.panics.run(&key, shared.sync(&key)).await else {
+        let object = ObjectKey::new(ObjectKind::Service, key.clone());
+        let sync = for_object(object.clone(), shared.sync(&key));
+        let Some(outcome) = shared.panics.run(&key, sync).await else {
             // Reported by the guard; the Service is tried again with backoff.
             shared.queue.add_rate_limited(key.clone(), None);
             shared.queue.done(&key);
@@ -470,6 +481,12 @@ async fn worker(shared: Arc<Shared>) {
         match outcome {
             Ok(()) => shared.queue.forget(&key),
             Err(error) => match error.retry_after {
+                _ if shared.ctx.is_single_pass() => {
+                    tracing::warn!(service = %key, %error, "load balancer sync failed");
+                    shared
+                        .ctx
+                        .record_failure(ControllerName::ServiceLb, Some(object), &error);
+                }
                 Some(delay) => {
                     tracing::info!(service = %key, %error, ?delay, "cloud asked to retry the load balancer sync later");
                     shared.queue.add_after(key.clone(), delay);
@@ -507,6 +524,19 @@ impl Shared {
     ) {
         self.recorder
             .publish(&object_ref(service), type_, reason, action, note);
+    }
+
+    /// A dry run's pass: queues every Service that has or wants a load balancer (or a cleanup).
+    fn queue_every_load_balancer(&self) {
+        for service in self.services.state() {
+            if should_enqueue(None, &service) {
+                let key = service_key(&service);
+                self.ctx
+                    .visit(ObjectKey::new(ObjectKind::Service, key.clone()));
+                self.queue.add(key);
+            }
+        }
+        self.queue.finish_when_idle();
     }
 
     /// Queues the Service when the notification matters to its load balancer.

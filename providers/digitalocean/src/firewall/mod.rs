@@ -22,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::{
-    CloudError, ControllerContext, ControllerInfo, ProviderController, Result, ServiceWatch,
+    CloudError, ControllerContext, ControllerInfo, DryRunLog, ObjectKey, ObjectKind,
+    ProviderController, Result, ServiceWatch, for_object,
 };
 use k8s_openapi::api::core::v1::Service;
 use tokio::time::Instant;
@@ -103,7 +104,14 @@ impl ProviderController for FirewallController {
             default_lb_type: self.default_lb_type,
             failures: 0,
         };
-        loop_state.run(self.resync_period, &shutdown).await;
+        match &context.dry_run {
+            Some(log) => {
+                let object =
+                    ObjectKey::new(ObjectKind::Cloud, format!("firewall/{}", firewall.name));
+                loop_state.single_pass(log, object, &shutdown).await;
+            }
+            None => loop_state.run(self.resync_period, &shutdown).await,
+        }
         Ok(())
     }
 }
@@ -152,16 +160,38 @@ impl Loop<'_> {
         }
     }
 
-    /// One reconcile; on failure, when to retry.
-    async fn reconcile_once(&mut self) -> Option<Instant> {
+    /// A dry run: one reconcile after the first complete list, filed under `object` in `log`.
+    async fn single_pass(
+        &mut self,
+        log: &DryRunLog,
+        object: ObjectKey,
+        shutdown: &CancellationToken,
+    ) {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = self.services.changed() => if !changed { return },
+        }
+        log.visit(object.clone());
+        if let Err(err) = for_object(object.clone(), self.reconcile()).await {
+            tracing::error!(error = %err, "failed to reconcile the public-access firewall");
+            log.record_failure(FIREWALL_CONTROLLER.name, Some(object), err);
+        }
+    }
+
+    /// One reconcile of the firewall with the current Services, within [`RECONCILE_TIMEOUT`].
+    async fn reconcile(&mut self) -> std::result::Result<(), String> {
         let services = self.services.services();
-        let outcome = tokio::time::timeout(
+        tokio::time::timeout(
             RECONCILE_TIMEOUT,
             self.manager.reconcile(&services, self.default_lb_type),
         )
         .await
-        .unwrap_or_else(|_| Err(format!("timed out after {RECONCILE_TIMEOUT:?}")));
-        match outcome {
+        .unwrap_or_else(|_| Err(format!("timed out after {RECONCILE_TIMEOUT:?}")))
+    }
+
+    /// One reconcile; on failure, when to retry.
+    async fn reconcile_once(&mut self) -> Option<Instant> {
+        match self.reconcile().await {
             Ok(()) => {
                 self.failures = 0;
                 None
