@@ -13,7 +13,9 @@ use cloud_controllers::{
     ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
     identity, run_with_provider_controllers,
 };
-use cloud_provider::{CloudProvider, ControllerInfo, ProviderController, Registry, RegistryError};
+use cloud_provider::{
+    CloudProvider, ControllerInfo, DryRunLog, ProviderController, Registry, RegistryError,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
@@ -21,6 +23,7 @@ use crate::client::{
     SharedConnections, build_client, events_limits, load_config,
 };
 use crate::controllers_flag::SelectedControllers;
+use crate::dry_run::DryRunReport;
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
 use crate::service_accounts::{
     ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
@@ -36,6 +39,8 @@ use crate::validation::{AppConfig, ServingSettings};
 pub const API_SERVER_WAIT: Duration = Duration::from_secs(60);
 /// How long the controllers get to stop after a shutdown signal.
 pub const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a dry run waits for the API server: it is run by hand, and should say soon what is wrong.
+pub const DRY_RUN_API_SERVER_WAIT: Duration = Duration::from_secs(5);
 /// Extra time past the lease duration before the leader-election health check fails.
 pub const LEADER_HEALTH_TOLERANCE: Duration = Duration::from_secs(20);
 
@@ -78,6 +83,12 @@ pub enum AppError {
     /// Leadership was lost.
     #[error("leader election lost: {0}")]
     LeaseLost(String),
+    /// `--dry-run` with a provider that has no mutation gate.
+    #[error(
+        "cloud provider {0:?} cannot be dry-run: it does not pass its mutating cloud calls through a \
+         mutation gate (CloudProvider::mutation_gate)"
+    )]
+    DryRunUnsupported(String),
     /// `--use-service-account-credentials`: a controller's credentials could not be set up.
     #[error("--use-service-account-credentials: {0}")]
     ServiceAccountCredentials(#[source] CredentialsError),
@@ -197,6 +208,85 @@ impl ControllerSet {
     }
 }
 
+/// The provider of `--cloud-provider` built from `--cloud-config`, and the controllers to run with it.
+fn init_provider(
+    config: &AppConfig,
+    registry: &Registry,
+) -> Result<(Arc<dyn CloudProvider>, ControllerSet), AppError> {
+    let cloud = registry.init_from_file(&config.cloud_provider, config.cloud_config.as_deref())?;
+    let controllers = ControllerSet::select(config, cloud.as_ref())?;
+    if !cloud.has_cluster_id() {
+        if config.allow_untagged_cloud {
+            tracing::warn!(
+                provider = %config.cloud_provider,
+                "the cloud provider has no cluster ID; running anyway because of --allow-untagged-cloud"
+            );
+        } else {
+            return Err(AppError::NoClusterId(config.cloud_provider.clone()));
+        }
+    }
+    Ok((cloud, controllers))
+}
+
+/// `--dry-run`: one pass of the controllers that changes nothing (see [`crate::dry_run`]); the report of
+/// what it would have changed.
+pub async fn run_dry_run(config: AppConfig, registry: Registry) -> Result<DryRunReport, AppError> {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        provider = %config.cloud_provider,
+        "starting a dry run of the cloud-controller-manager"
+    );
+    let (cloud, controllers) = init_provider(&config, &registry)?;
+    let gate = cloud
+        .mutation_gate()
+        .ok_or_else(|| AppError::DryRunUnsupported(config.cloud_provider.clone()))?;
+    let log = DryRunLog::default();
+    gate.start_dry_run(log.clone());
+    if config.use_service_account_credentials {
+        tracing::info!(
+            "--use-service-account-credentials is ignored in a dry run: it would create tokens"
+        );
+    }
+
+    let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
+    let limits = RateLimits {
+        qps: config.kube_api_qps,
+        burst: config.kube_api_burst,
+    };
+    let base = ControllerConfig {
+        dry_run: Some(log.clone()),
+        ..(*config.controller_config).clone()
+    };
+    let (client, event_client, controller_config) =
+        controller_clients(&kube_config, limits, &base)?;
+    let context = ControllerContext {
+        client: client.clone(),
+        event_client,
+        cloud: cloud.clone(),
+        config: controller_config,
+        metrics: ControllerMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        health: HealthRegistry::default(),
+        identity: identity(),
+    };
+    wait_for_api_server(&client, DRY_RUN_API_SERVER_WAIT).await?;
+    cloud
+        .initialize(client)
+        .await
+        .map_err(AppError::CloudInit)?;
+    tracing::info!(controllers = ?controllers.names(), "making one pass");
+    let passed = run_with_provider_controllers(
+        context,
+        &controllers.standard,
+        controllers.provider,
+        CancellationToken::new(),
+    )
+    .await;
+    if let Err(err) = passed {
+        tracing::warn!(error = %err, "a controller failed during the dry run");
+    }
+    Ok(DryRunReport::from_records(log.records()))
+}
+
 /// Runs the daemon until `shutdown` is cancelled (Ok) or a fatal error.
 pub async fn run_until(
     config: AppConfig,
@@ -209,19 +299,7 @@ pub async fn run_until(
         "starting the cloud-controller-manager"
     );
 
-    // Provider.
-    let cloud = registry.init_from_file(&config.cloud_provider, config.cloud_config.as_deref())?;
-    let controllers = ControllerSet::select(&config, cloud.as_ref())?;
-    if !cloud.has_cluster_id() {
-        if config.allow_untagged_cloud {
-            tracing::warn!(
-                provider = %config.cloud_provider,
-                "the cloud provider has no cluster ID; running anyway because of --allow-untagged-cloud"
-            );
-        } else {
-            return Err(AppError::NoClusterId(config.cloud_provider.clone()));
-        }
-    }
+    let (cloud, controllers) = init_provider(&config, &registry)?;
 
     // Clients.
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
@@ -394,7 +472,10 @@ fn controller_clients(
     limits: RateLimits,
     base: &ControllerConfig,
 ) -> Result<(kube::Client, kube::Client, Arc<ControllerConfig>), AppError> {
-    let connections = SharedConnections::new(kube_config.clone())?;
+    let mut connections = SharedConnections::new(kube_config.clone())?;
+    if let Some(log) = &base.dry_run {
+        connections = connections.with_dry_run(log.clone());
+    }
     let controllers = RateLimitLayer::new(limits);
     let events = RateLimitLayer::new(events_limits(limits));
     let shared = connections.client(&controllers, identity::SHARED_INFORMERS_CLIENT);
@@ -424,7 +505,7 @@ async fn lead(
 ) -> Result<(), AppError> {
     tokio::select! {
         _ = stop.cancelled() => return Ok(()),
-        reachable = wait_for_api_server(&client) => reachable?,
+        reachable = wait_for_api_server(&client, API_SERVER_WAIT) => reachable?,
     }
     tokio::select! {
         _ = stop.cancelled() => return Ok(()),
@@ -466,9 +547,9 @@ async fn lead(
     result
 }
 
-/// Polls `/version` until the API server answers, for at most [`API_SERVER_WAIT`].
-async fn wait_for_api_server(client: &kube::Client) -> Result<(), AppError> {
-    let deadline = tokio::time::Instant::now() + API_SERVER_WAIT;
+/// Polls `/version` until the API server answers, for at most `wait`.
+async fn wait_for_api_server(client: &kube::Client, wait: Duration) -> Result<(), AppError> {
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         match client.apiserver_version().await {
             Ok(version) => {
@@ -476,10 +557,7 @@ async fn wait_for_api_server(client: &kube::Client) -> Result<(), AppError> {
                 return Ok(());
             }
             Err(err) if tokio::time::Instant::now() >= deadline => {
-                return Err(AppError::ApiServerUnreachable(
-                    API_SERVER_WAIT,
-                    err.to_string(),
-                ));
+                return Err(AppError::ApiServerUnreachable(wait, err.to_string()));
             }
             Err(err) => {
                 tracing::info!(error = %err, "waiting for the API server");

@@ -28,12 +28,15 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use cloud_controllers::identity;
+use cloud_provider::DryRunLog;
 use http::header::{HeaderValue, USER_AGENT};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use parking_lot::Mutex;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
+
+use crate::dry_run;
 
 /// A token-bucket budget: `qps` tokens per second, at most `burst` saved up.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,6 +174,7 @@ pub fn build_client(
 pub struct SharedConnections {
     base: kube::Client,
     namespace: String,
+    dry_run: Option<DryRunLog>,
 }
 
 impl std::fmt::Debug for SharedConnections {
@@ -188,7 +192,18 @@ impl SharedConnections {
         let base = ClientBuilder::try_from(config)
             .map_err(ClientError::Build)?
             .build();
-        Ok(SharedConnections { base, namespace })
+        Ok(SharedConnections {
+            base,
+            namespace,
+            dry_run: None,
+        })
+    }
+
+    /// From now on, the clients made send every write with `dryRun=All` and record it in `log`
+    /// ([`crate::dry_run::api`]).
+    pub fn with_dry_run(mut self, log: DryRunLog) -> Self {
+        self.dry_run = Some(log);
+        self
     }
 
     /// A client named `client_name` whose requests pass through `limiter`. Must be called inside a Tokio
@@ -197,6 +212,7 @@ impl SharedConnections {
         let named = SendThrough {
             base: self.base.clone(),
             user_agent: HeaderValue::from_str(&identity::user_agent(client_name)).ok(),
+            dry_run: self.dry_run.clone(),
         };
         kube::Client::new(limiter.layer(named), self.namespace.clone())
     }
@@ -207,6 +223,7 @@ impl SharedConnections {
 struct SendThrough {
     base: kube::Client,
     user_agent: Option<HeaderValue>,
+    dry_run: Option<DryRunLog>,
 }
 
 impl Service<http::Request<kube::client::Body>> for SendThrough {
@@ -223,7 +240,12 @@ impl Service<http::Request<kube::client::Body>> for SendThrough {
             request.headers_mut().insert(USER_AGENT, agent.clone());
         }
         let base = self.base.clone();
-        Box::pin(async move { base.send(request).await })
+        match &self.dry_run {
+            Some(log) if dry_run::api::is_write(request.method()) => {
+                Box::pin(dry_run::api::send_write(base, log.clone(), request))
+            }
+            _ => Box::pin(async move { base.send(request).await }),
+        }
     }
 }
 

@@ -23,10 +23,12 @@
 //!
 //! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT) or `--help`/`--version`, 2 for usage errors
 //! (bad flags), 1 for everything else (provider initialization, lost leadership, controller failure).
+//! `--dry-run` exits 0 when everything is in sync, 3 when something would change, 1 on errors.
 
 pub mod app;
 pub mod client;
 pub mod controllers_flag;
+pub mod dry_run;
 pub mod duration;
 pub mod leader;
 pub mod logging;
@@ -39,7 +41,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use app::{AppError, run_daemon};
-pub use options::{LogFormat, Options};
+pub use options::{DryRunOutput, LogFormat, Options};
 pub use validation::{AppConfig, ValidationErrors, validate};
 
 /// Exit code for usage errors (bad flags), as clap uses.
@@ -112,8 +114,32 @@ where
     // (kube's client included) on it. An error only means a default was installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
     logging::init(config.verbosity, config.log_format);
+    if let Some(output) = config.dry_run {
+        return dry_run_main(config, registry, output).await;
+    }
     match run_daemon(config, registry).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--dry-run`: prints the report on stdout and exits with its code (1 when the dry run could not run).
+async fn dry_run_main(
+    config: AppConfig,
+    registry: cloud_provider::Registry,
+    output: DryRunOutput,
+) -> ExitCode {
+    match app::run_dry_run(config, registry).await {
+        Ok(report) => {
+            match output {
+                DryRunOutput::Table => print!("{}", report.table()),
+                DryRunOutput::Json => println!("{}", report.json()),
+            }
+            ExitCode::from(report.exit_code())
+        }
         Err(err) => {
             tracing::error!("{err}");
             ExitCode::FAILURE

@@ -27,6 +27,16 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a dry run prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum DryRunOutput {
+    /// A table, one row per change.
+    #[default]
+    Table,
+    /// One JSON document.
+    Json,
+}
+
 /// Every flag of the cloud-controller-manager.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -316,6 +326,17 @@ pub struct Options {
     /// Log format.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Logging")]
     pub log_format: LogFormat,
+
+    /// Make one pass of every enabled controller over the cluster without changing anything (API writes are
+    /// sent with dryRun=All, mutating cloud calls are not made), print what would change and exit: 0 when
+    /// everything is in sync, 3 when something would change, 1 on errors. Takes no Lease and serves
+    /// nothing, so it can run beside the controller manager in charge.
+    #[arg(long, action = ArgAction::SetTrue, help_heading = "Dry run")]
+    pub dry_run: bool,
+
+    /// The dry run's report format.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = DryRunOutput::Table, help_heading = "Dry run")]
+    pub dry_run_output: DryRunOutput,
 
     /// Print the version and the compiled-in cloud providers, then exit.
     #[arg(long, action = ArgAction::SetTrue)]

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
 use crate::leader::LeaderElectionConfig;
-use crate::options::{LogFormat, Options};
+use crate::options::{DryRunOutput, LogFormat, Options};
 
 /// client-go's jitter factor for leader-election retries: the renew deadline must exceed
 /// `JITTER_FACTOR * retry period`.
@@ -97,6 +97,8 @@ pub struct AppConfig {
     pub verbosity: u8,
     /// `--log-format`.
     pub log_format: LogFormat,
+    /// `--dry-run`, with its `--dry-run-output`.
+    pub dry_run: Option<DryRunOutput>,
 }
 
 /// Every problem found in the flags, one message each, in flag order.
@@ -236,6 +238,8 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
         event_clients: Default::default(),
+        // A dry run's log is made when the dry run starts.
+        dry_run: None,
     };
 
     Ok(AppConfig {
@@ -259,6 +263,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         serving,
         verbosity: options.verbosity,
         log_format: options.log_format,
+        dry_run: options.dry_run.then_some(options.dry_run_output),
     })
 }
 

@@ -248,6 +248,9 @@ pub struct RequestRecord {
     pub user_agent: String,
     /// The HTTP status code of the answer.
     pub code: u16,
+    /// Whether the request asked for `dryRun=All` (nothing persisted).
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// Identifier of an installed fault rule.
@@ -728,6 +731,7 @@ mod tests {
                 user: "admin".into(),
                 user_agent: "test".into(),
                 code: 200,
+                dry_run: false,
             });
         }
         let log: Vec<String> = c.log.lock().iter().map(|r| r.name.clone()).collect();

@@ -136,6 +136,7 @@ fn unrouted_record(
         user,
         user_agent,
         code,
+        dry_run: q.get("dryRun") == Some("All"),
     })
 }
 
@@ -381,6 +382,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         user: authn.username(),
         user_agent: user_agent(),
         code,
+        dry_run: query.get("dryRun") == Some("All"),
     };
     if let Some(e) = state.controls.fault_for(&key) {
         state.controls.record(record(e.code));
