@@ -3,7 +3,8 @@
 //! It starts the in-process API server and the CCM binary (a separate process, fake provider), plays the
 //! kubelets of four nodes, creates three LoadBalancer Services, then stops one instance and terminates
 //! another. A watch on Nodes and Services narrates what the CCM does as it happens; at the end it prints
-//! the state as tables and checks every expected outcome. Exit code 0 only when all of them happened.
+//! the state as tables and checks every expected outcome; last, a second process runs with `--dry-run` beside
+//! the CCM and reports every object in sync. Exit code 0 only when all of them happened.
 //!
 //! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`). With `DEMO_KUBECONFIG`
 //! (an admin's kubeconfig) and `DEMO_CCM_KUBECONFIG` (the CCM's) it runs against that cluster instead, as
@@ -356,7 +357,41 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         format!("the route of {TERMINATED} removed from the cloud"),
         route_gone,
     );
+    if let Some(local) = h.local() {
+        let report = dry_run(h, local).await;
+        outcomes.record(
+            "a dry run beside the CCM finds every object in sync (exit 0)",
+            report,
+        );
+    }
     Ok(())
+}
+
+/// What an operator runs before switching: a second process with `--dry-run`, beside the CCM in charge,
+/// against the cloud as it is now. Prints its report.
+async fn dry_run(h: &Harness, local: &ccm_e2e::harness::LocalCluster) -> Result<(), HarnessError> {
+    narrator::say(
+        "A second process runs with --dry-run beside the CCM (no Lease, no writes, no cloud changes) \
+         and reports what it would change:",
+    );
+    // The fake cloud as it is now; its admin address is the running CCM's.
+    let cloud_config: String = h
+        .admin()
+        .cloud_config()
+        .await?
+        .lines()
+        .filter(|line| !line.starts_with("adminAddress:"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let (code, report) = local.dry_run(&cloud_config).await?;
+    println!("\n{report}");
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(HarnessError::Config(format!(
+            "the dry run exited {code}, not 0"
+        )))
+    }
 }
 
 fn main() -> ExitCode {

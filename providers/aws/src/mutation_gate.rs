@@ -8,6 +8,7 @@ use std::sync::Arc;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use cloud_provider::MutationGate;
 
@@ -51,9 +52,11 @@ impl Intercept for MutationGateInterceptor {
         "CloudProviderAwsMutationGate"
     }
 
-    fn read_before_execution(
+    // The first hook that knows the operation (its metadata is loaded with the operation's configuration).
+    fn read_before_serialization(
         &self,
         context: &BeforeSerializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let operation = operation_name(cfg).to_string();

@@ -32,6 +32,9 @@ use provider_digitalocean::stub::{DoStub, DropletSpec, RecordedRequest};
 use serde_json::{Value, json};
 use support::{cloud_with, droplet_node, dual_stack_node, node};
 
+/// The public-access firewall of the converged cluster.
+const FIREWALL_NAME: &str = "k8s-c-1-public-access";
+
 /// The UID of the Services of the create test.
 const UID: &str = "0b7c5a3e-6d21-4f0a-9c8e-5b4a3f2e1d0c";
 const LB_PATH: &str = "/v2/load_balancers";
@@ -777,7 +780,7 @@ fn upstream_firewall(services: &[Service], load_balancers: &[(Service, Value)]) 
             .push(json!({"protocol": protocol, "ports": port.to_string(), "sources": everywhere}));
     }
     json!({
-        "name": "k8s-c-1-public-access",
+        "name": FIREWALL_NAME,
         "inbound_rules": inbound,
         "outbound_rules": [
             {"protocol": "tcp", "ports": "all", "destinations": everywhere},
@@ -793,25 +796,13 @@ fn upstream_firewall(services: &[Service], load_balancers: &[(Service, Value)]) 
 /// upstream ran (every load balancer of the cases that share one node set, a NodePort Service, and the
 /// public-access firewall upstream keeps for them) and sync every Service; the DigitalOcean API sees no
 /// create, update or delete of a load balancer or a firewall.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn takeover_through_the_controllers_makes_no_mutating_call() {
-    use cloud_controllers::{
-        ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
-        run_with_provider_controllers,
-    };
-    use cloud_provider::CloudProvider;
-    use k8s_openapi::api::events::v1::Event;
-
-    let apiserver = test_apiserver::TestApiServer::builder()
-        .start()
-        .await
-        .unwrap();
-    let client = apiserver.client().unwrap();
+/// A cluster upstream has converged: nodes, the LoadBalancer Services of [`cases`] that share one node
+/// set (each with the load-balancer ID upstream wrote), a NodePort Service, and upstream's public-access
+/// firewall. Returns the load-balancer cases.
+async fn seed_converged_cluster(env: &Env, client: &kube::Client) -> Vec<Case> {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
-    let env = Env::new().await;
-    // A cluster upstream has converged: every Service carries the load-balancer ID upstream wrote.
-    let shared = cases(&env)
+    let shared = cases(env)
         .into_iter()
         .filter(|c| !c.dual_stack && !c.nameless_node)
         .map(|c| Case {
@@ -836,7 +827,7 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
     let mut seeded = Vec::new();
     let mut load_balancers = Vec::new();
     for case in &shared {
-        let s = seed(&env, &services, case).await;
+        let s = seed(env, &services, case).await;
         load_balancers.push((s.service.clone(), env.stub.load_balancer(&s.lb_id).unwrap()));
         seeded.push(s.service);
     }
@@ -850,17 +841,31 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
     );
     env.stub
         .insert_firewall(upstream_firewall(&seeded, &load_balancers));
-    let lbs_before = env.stub.load_balancers();
-    let firewalls_before = env.stub.firewalls();
-    env.stub.clear_requests();
+    shared
+}
 
-    let cloud = cloud_with(&env.stub, |c| {
+/// The provider as the converged cluster's upstream CCM ran: its VPC and public-access firewall.
+fn takeover_cloud(env: &Env) -> DigitalOceanCloud {
+    cloud_with(&env.stub, |c| {
         c.cluster_vpc_id = Some("vpc-cluster".into());
         c.public_access_firewall = Some(provider_digitalocean::PublicAccessFirewall {
-            name: "k8s-c-1-public-access".into(),
+            name: FIREWALL_NAME.into(),
             tags: vec!["k8s:c-1:worker".into()],
         });
-    });
+    })
+}
+
+/// Runs the service and firewall controllers on the converged cluster until every one of its `ensured`
+/// load balancers was ensured and the firewall was read, then stops them.
+async fn run_controllers_until_ensured(env: &Env, client: &kube::Client, ensured: usize) {
+    use cloud_controllers::{
+        ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
+        run_with_provider_controllers,
+    };
+    use cloud_provider::CloudProvider;
+    use k8s_openapi::api::events::v1::Event;
+
+    let cloud = takeover_cloud(env);
     cloud.initialize(client.clone()).await.unwrap();
     let cloud: std::sync::Arc<dyn CloudProvider> = std::sync::Arc::new(cloud);
     let context = ControllerContext {
@@ -880,11 +885,10 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
         shutdown.clone(),
     ));
 
-    // Every load-balancer Service is ensured once, and the firewall is read and compared.
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let ensured = events
+        let done = events
             .list(&Default::default())
             .await
             .unwrap()
@@ -893,13 +897,12 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
             .filter(|e| e.reason.as_deref() == Some("EnsuredLoadBalancer"))
             .count();
         let firewall_read = env.stub.count_prefix("GET", "/v2/firewalls") > 0;
-        if ensured >= shared.len() && firewall_read {
+        if done >= ensured && firewall_read {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{ensured} of {} load balancers ensured, firewall read: {firewall_read}; requests: {:#?}",
-            shared.len(),
+            "{done} of {ensured} load balancers ensured, firewall read: {firewall_read}; requests: {:#?}",
             env.stub.requests()
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -908,6 +911,21 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     shutdown.cancel();
     controllers.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_through_the_controllers_makes_no_mutating_call() {
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let env = Env::new().await;
+    let shared = seed_converged_cluster(&env, &client).await;
+    let lbs_before = env.stub.load_balancers();
+    let firewalls_before = env.stub.firewalls();
+    env.stub.clear_requests();
+    run_controllers_until_ensured(&env, &client, shared.len()).await;
 
     let mut failures = Vec::new();
     for path in [LB_PATH, "/v2/firewalls"] {
@@ -919,5 +937,90 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
     assert_eq!(env.stub.load_balancers(), lbs_before);
     assert_eq!(env.stub.firewalls(), firewalls_before);
+    apiserver.shutdown().await;
+}
+
+/// A dry run of the service and firewall controllers, through the daemon's own dry-run path, with `cloud`.
+async fn dry_run(
+    apiserver: &test_apiserver::TestApiServer,
+    cloud: DigitalOceanCloud,
+) -> ccm_app::dry_run::DryRunReport {
+    let cloud = std::sync::Arc::new(cloud);
+    let mut registry = cloud_provider::Registry::new();
+    registry
+        .register_fn("digitalocean", move |_config| {
+            Ok(cloud.clone() as std::sync::Arc<dyn cloud_provider::CloudProvider>)
+        })
+        .unwrap();
+    registry.declare_controllers(
+        "digitalocean",
+        &[provider_digitalocean::firewall::FIREWALL_CONTROLLER],
+    );
+    let args = [
+        "cloud-controller-manager".to_string(),
+        "--cloud-provider=digitalocean".to_string(),
+        format!("--kubeconfig={}", apiserver.kubeconfig_path().display()),
+        "--controllers=service-lb-controller,firewall-controller".to_string(),
+        "--dry-run".to_string(),
+    ];
+    let options = <ccm_app::Options as clap::Parser>::try_parse_from(args).unwrap();
+    let config = ccm_app::validate(&options, &registry.names()).unwrap();
+    ccm_app::app::run_dry_run(config, registry).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_of_a_converged_cluster_is_in_sync_and_sends_no_mutating_request() {
+    let apiserver = test_apiserver::TestApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = apiserver.client().unwrap();
+    let env = Env::new().await;
+    let shared = seed_converged_cluster(&env, &client).await;
+    // The Services as upstream's CCM left them (finalizers, ingress, annotations): what the controllers
+    // write on a converged cluster, without a cloud change (see the test above).
+    run_controllers_until_ensured(&env, &client, shared.len()).await;
+    env.stub.clear_requests();
+
+    let report = dry_run(&apiserver, takeover_cloud(&env)).await;
+    assert_eq!(report.exit_code(), 0, "{}", report.table());
+    let firewall = format!("cloud/firewall/{FIREWALL_NAME}");
+    assert_eq!(
+        report.objects[&firewall].status(),
+        "in sync",
+        "{}",
+        report.table()
+    );
+    let in_sync = report
+        .objects
+        .iter()
+        .filter(|(name, r)| name.starts_with("service/") && r.status() == "in sync")
+        .count();
+    assert_eq!(in_sync, shared.len(), "{}", report.table());
+
+    // A Service without a load balancer: the create is reported, and the stub never sees it.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let missing = service("missing", &[], web_ports(31500));
+    services
+        .create(&PostParams::default(), &missing)
+        .await
+        .unwrap();
+    let report = dry_run(&apiserver, takeover_cloud(&env)).await;
+    assert_eq!(report.exit_code(), 3, "{}", report.table());
+    let changes = &report.objects["service/default/missing"].changes;
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.starts_with("cloud POST /v2/load_balancers")),
+        "{}",
+        report.table()
+    );
+    let mutations: Vec<_> = env
+        .stub
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_mutating())
+        .collect();
+    assert!(mutations.is_empty(), "{mutations:#?}");
     apiserver.shutdown().await;
 }

@@ -75,6 +75,11 @@ impl FakeAdmin {
         }
     }
 
+    /// The cloud as it is now, as a cloud-config a fake cloud can start from (`GET /config`, YAML).
+    pub async fn cloud_config(&self) -> Result<String, HarnessError> {
+        Ok(self.call(Method::GET, "/config", None).await?.text())
+    }
+
     /// Every load balancer.
     pub async fn load_balancers(&self) -> Result<Vec<LoadBalancerRecord>, HarnessError> {
         self.get("/loadbalancers").await

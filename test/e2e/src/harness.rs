@@ -320,6 +320,52 @@ impl LocalCluster {
         args
     }
 
+    /// Runs `cloud-controller-manager --dry-run` (table output) beside the replicas, with their flags but
+    /// `cloud_config` (a fake cloud-config, e.g. [`crate::admin::FakeAdmin::cloud_config`] without its
+    /// `adminAddress`) and no leader election or serving. Returns the exit code and the report.
+    pub async fn dry_run(&self, cloud_config: &str) -> Result<(i32, String), HarnessError> {
+        let path = self.dir.path().join("dry-run-cloud.yaml");
+        std::fs::write(&path, cloud_config).map_err(|source| HarnessError::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })?;
+        let kept = |arg: &&String| {
+            ![
+                "--cloud-config=",
+                "--leader-elect",
+                "--bind-address=",
+                "--secure-port=",
+            ]
+            .iter()
+            .any(|flag| arg.starts_with(flag))
+        };
+        let mut args: Vec<String> = self.ccm_args(0).iter().filter(kept).cloned().collect();
+        args.extend([
+            format!("--cloud-config={}", path.display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--dry-run".into(),
+        ]);
+        let output = tokio::process::Command::new(&self.binary)
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .map_err(|source| HarnessError::Io {
+                what: format!("running {} --dry-run", self.binary.display()),
+                source,
+            })?;
+        let report = String::from_utf8_lossy(&output.stdout).into_owned();
+        let code = output.status.code().unwrap_or(-1);
+        if code == 1 {
+            return Err(HarnessError::Config(format!(
+                "the dry run failed:\n{report}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        Ok((code, report))
+    }
+
     /// Starts one more replica (a standby while another one leads).
     pub fn start_replica(&mut self) -> Result<&CcmProcess, HarnessError> {
         let secure_port = free_port()?;

@@ -5,6 +5,7 @@
 mod classic;
 mod common;
 mod controllers;
+mod dry_run;
 mod fail_safe;
 mod instances;
 mod load_balancers;

@@ -44,7 +44,7 @@ pub const CLASSIC_TLS_ANNOTATIONS: &[(&str, &str)] = &[
 ];
 
 /// A classic ELB as upstream made it for a Service.
-struct UpstreamClassic<'a> {
+pub(crate) struct UpstreamClassic<'a> {
     /// `(lb port, protocol, node port, instance protocol, certificate)`.
     listeners: Vec<(i32, &'a str, i32, &'a str, Option<&'a str>)>,
     internal: bool,
@@ -63,7 +63,12 @@ struct UpstreamClassic<'a> {
 impl<'a> UpstreamClassic<'a> {
     /// Upstream's classic ELB of a Service with one TCP port 80 on `node_port`, no annotation and the health
     /// check `target` (upstream's default thresholds, interval and timeout).
-    fn plain(world: &World, node_port: i32, target: &'a str, targets: Vec<&'a Instance>) -> Self {
+    pub(crate) fn plain(
+        world: &World,
+        node_port: i32,
+        target: &'a str,
+        targets: Vec<&'a Instance>,
+    ) -> Self {
         UpstreamClassic {
             listeners: vec![(80, "tcp", node_port, "tcp", None)],
             internal: false,
@@ -83,7 +88,11 @@ impl<'a> UpstreamClassic<'a> {
 
 /// Creates what upstream's EnsureLoadBalancer leaves for `svc`: the `k8s-elb-<name>` group with its ingress,
 /// the load balancer, its policies, health check and attributes, the node rule and the registrations.
-async fn seed_upstream_classic(world: &World, svc: &Service, lb: &UpstreamClassic<'_>) -> String {
+pub(crate) async fn seed_upstream_classic(
+    world: &World,
+    svc: &Service,
+    lb: &UpstreamClassic<'_>,
+) -> String {
     let name = default_load_balancer_name(svc);
     let service = format!("default/{}", svc.metadata.name.as_deref().unwrap());
     let mut group_tags = vec![
