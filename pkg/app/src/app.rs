@@ -25,6 +25,7 @@ use crate::client::{
 use crate::controllers_flag::SelectedControllers;
 use crate::dry_run::DryRunReport;
 use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
+use crate::rest_client_metrics::RestClientMetrics;
 use crate::service_accounts::{
     ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
 };
@@ -325,6 +326,7 @@ pub async fn run_until(
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     metrics_registry.register_collector(Box::new(ProcessCollector));
     leader_status.register_metrics(&mut metrics_registry);
+    RestClientMetrics::global().register(&mut metrics_registry);
     let controller_metrics = ControllerMetrics::register(&mut metrics_registry);
     cloud.register_metrics(&mut metrics_registry);
     let health = HealthRegistry::default();
@@ -476,8 +478,8 @@ fn controller_clients(
     if let Some(log) = &base.dry_run {
         connections = connections.with_dry_run(log.clone());
     }
-    let controllers = RateLimitLayer::new(limits);
-    let events = RateLimitLayer::new(events_limits(limits));
+    let controllers = RateLimitLayer::new(limits).for_server(&kube_config.cluster_url);
+    let events = RateLimitLayer::new(events_limits(limits)).for_server(&kube_config.cluster_url);
     let shared = connections.client(&controllers, identity::SHARED_INFORMERS_CLIENT);
     let event_client = connections.client(&events, identity::DAEMON_CLIENT);
     let mut config = base.clone();

@@ -37,6 +37,7 @@ use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
 use crate::dry_run;
+use crate::rest_client_metrics::{NO_RESPONSE, RestClientMetrics};
 
 /// A token-bucket budget: `qps` tokens per second, at most `burst` saved up.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,9 +162,10 @@ pub fn build_client(
     limits: RateLimits,
     client_name: &str,
 ) -> Result<kube::Client, ClientError> {
+    let limiter = RateLimitLayer::new(limits).for_server(&config.cluster_url);
     let builder = ClientBuilder::try_from(with_user_agent(config, client_name))
         .map_err(ClientError::Build)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(limits)).build())
+    Ok(builder.with_layer(&limiter).build())
 }
 
 /// One connection pool for many named clients: each client sends through the same base client (its TLS
@@ -299,10 +301,12 @@ impl TokenBucket {
     }
 }
 
-/// A tower layer that rate-limits requests with a shared [`TokenBucket`].
+/// A tower layer that rate-limits requests with a shared [`TokenBucket`] and records the `rest_client_*`
+/// metrics of every request ([`RestClientMetrics`]).
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
     bucket: Arc<TokenBucket>,
+    host: Arc<str>,
 }
 
 impl RateLimitLayer {
@@ -310,7 +314,17 @@ impl RateLimitLayer {
     pub fn new(limits: RateLimits) -> Self {
         Self {
             bucket: Arc::new(TokenBucket::new(limits)),
+            host: Arc::from(""),
         }
+    }
+
+    /// The layer, for clients of the API server at `server` (the `host` label of the metrics).
+    pub fn for_server(mut self, server: &http::Uri) -> Self {
+        self.host = server
+            .authority()
+            .map_or_else(String::new, |a| a.to_string())
+            .into();
+        self
     }
 }
 
@@ -321,7 +335,9 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimit {
             inner,
             bucket: self.bucket.clone(),
+            host: self.host.clone(),
             permit: Permit::None,
+            waited: Duration::ZERO,
         }
     }
 }
@@ -330,7 +346,10 @@ impl<S> Layer<S> for RateLimitLayer {
 pub struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
+    host: Arc<str>,
     permit: Permit,
+    /// How long the reserved token made the next request wait.
+    waited: Duration,
 }
 
 enum Permit {
@@ -351,19 +370,21 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
     }
 }
 
-impl<S, Request> Service<Request> for RateLimit<S>
+impl<S, B, R> Service<http::Request<B>> for RateLimit<S>
 where
-    S: Service<Request>,
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         loop {
             match &mut self.permit {
                 Permit::None => {
                     let wait = self.bucket.reserve();
+                    self.waited = wait;
                     self.permit = if wait.is_zero() {
                         Permit::Ready
                     } else {
@@ -379,9 +400,26 @@ where
         }
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
         self.permit = Permit::None;
-        self.inner.call(request)
+        let metrics = RestClientMetrics::global();
+        let method = request.method().to_string();
+        let host = match request.uri().authority() {
+            Some(authority) => authority.to_string(),
+            None => self.host.to_string(),
+        };
+        metrics.waited(&method, &host, self.waited);
+        let started = std::time::Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            let code = match &response {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(_) => NO_RESPONSE.to_string(),
+            };
+            metrics.finished(&method, &host, &code, started.elapsed());
+            response
+        })
     }
 }
 
@@ -410,9 +448,9 @@ mod tests {
         let start = Instant::now();
         let sent = Arc::new(Mutex::new(Vec::new()));
         let record = sent.clone();
-        let inner = tower::service_fn(move |_: ()| {
+        let inner = tower::service_fn(move |_: http::Request<()>| {
             record.lock().push(start.elapsed());
-            async { Ok::<_, Infallible>(()) }
+            async { Ok::<_, Infallible>(http::Response::new(())) }
         });
         let mut service = RateLimitLayer::new(RateLimits {
             qps: 10.0,
@@ -420,7 +458,8 @@ mod tests {
         })
         .layer(inner);
         for _ in 0..6 {
-            service.ready().await.unwrap().call(()).await.unwrap();
+            let request = http::Request::new(());
+            service.ready().await.unwrap().call(request).await.unwrap();
         }
         let millis: Vec<u128> = sent.lock().iter().map(|d| d.as_millis()).collect();
         assert_eq!(millis, vec![0, 0, 0, 100, 200, 300]);
@@ -445,23 +484,29 @@ mod tests {
         let start = Instant::now();
         let sent = Arc::new(Mutex::new(Vec::new()));
         let record = sent.clone();
-        let inner = tower::service_fn(move |long: bool| {
+        let inner = tower::service_fn(move |request: http::Request<bool>| {
             record.lock().push(start.elapsed().as_millis());
+            let long = *request.body();
             async move {
                 if long {
                     std::future::pending::<()>().await;
                 }
-                Ok::<_, Infallible>(())
+                Ok::<_, Infallible>(http::Response::new(()))
             }
         });
         let mut service = RateLimitLayer::new(RateLimits { qps: 4.0, burst: 2 }).layer(inner);
         let mut watches = Vec::new();
         for _ in 0..2 {
-            let call = service.ready().await.unwrap().call(true);
+            let call = service
+                .ready()
+                .await
+                .unwrap()
+                .call(http::Request::new(true));
             watches.push(tokio::spawn(call));
         }
         for _ in 0..3 {
-            service.ready().await.unwrap().call(false).await.unwrap();
+            let request = http::Request::new(false);
+            service.ready().await.unwrap().call(request).await.unwrap();
         }
         assert_eq!(*sent.lock(), vec![0, 0, 250, 500, 750]);
         assert!(watches.iter().all(|w| !w.is_finished()));

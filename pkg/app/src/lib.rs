@@ -33,6 +33,7 @@ pub mod duration;
 pub mod leader;
 pub mod logging;
 pub mod options;
+pub mod rest_client_metrics;
 pub mod service_accounts;
 pub mod serving;
 pub mod validation;

@@ -409,13 +409,14 @@ pub fn service_account_client(
     limits: RateLimits,
     client_name: &str,
 ) -> Result<kube::Client, ClientError> {
+    let limiter = RateLimitLayer::new(limits).for_server(&base.cluster_url);
     let mut config = with_user_agent(base.clone(), client_name);
     config.auth_info = kube::config::AuthInfo::default();
     config.headers.retain(|(name, _)| *name != AUTHORIZATION);
     let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
     Ok(builder
         .with_layer(&BearerTokenLayer::new(token))
-        .with_layer(&RateLimitLayer::new(limits))
+        .with_layer(&limiter)
         .build())
 }
 

@@ -30,6 +30,7 @@ pub mod pv_label;
 pub mod route;
 pub mod service;
 pub mod workqueue;
+pub mod workqueue_metrics;
 
 mod run;
 

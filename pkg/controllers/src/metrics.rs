@@ -1,13 +1,17 @@
 //! Controller metrics with the upstream names (`node_controller_*`, `service_controller_*`,
-//! `route_controller_*`), plus a few of our own for the node-lifecycle deletion guard and the event recorder.
+//! `route_controller_*`, `workqueue_*`, `running_managed_controllers`), plus a few of our own for the
+//! node-lifecycle deletion guard, worker panics and the event recorder.
 //!
 //! prometheus-client appends `_total` to counters when encoding, so counters are registered without it.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::workqueue_metrics::WorkqueueMetrics;
 
 /// Label set of the event recorder counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,6 +26,18 @@ pub struct ControllerLabels {
     /// The controller's canonical name.
     pub controller: String,
 }
+
+/// Label set of `running_managed_controllers`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagedControllerLabels {
+    /// The controller's upstream short name (`cloud-node`, `service`, `route`...).
+    pub name: String,
+    /// The controller manager: `cloud-controller-manager`.
+    pub manager: String,
+}
+
+/// The `manager` label of `running_managed_controllers`, as upstream's.
+pub const MANAGER: &str = "cloud-controller-manager";
 
 /// Every metric the controllers export. Cloning shares the underlying metrics.
 #[derive(Clone, Debug)]
@@ -53,6 +69,10 @@ pub struct ControllerMetrics {
     pub events: Family<EventOutcomeLabels, Counter>,
     /// `cloud_controllers_worker_panics_total{controller}`: panics caught while syncing one object.
     pub worker_panics: Family<ControllerLabels, Counter>,
+    /// `workqueue_*{name}`: the controllers' work queues.
+    pub workqueues: WorkqueueMetrics,
+    /// `running_managed_controllers{name,manager}`: 1 while a controller runs, 0 once it stopped.
+    pub running_controllers: Family<ManagedControllerLabels, Gauge>,
 }
 
 impl Default for ControllerMetrics {
@@ -71,6 +91,8 @@ impl Default for ControllerMetrics {
             node_lifecycle_nodes_deleted: Counter::default(),
             events: Family::default(),
             worker_panics: Family::default(),
+            workqueues: WorkqueueMetrics::default(),
+            running_controllers: Family::default(),
         }
     }
 }
@@ -134,7 +156,23 @@ impl ControllerMetrics {
             "Events recorded by the controllers, by outcome (created, series_updated, aggregated, failed, dropped)",
             m.events.clone(),
         );
+        registry.register(
+            "running_managed_controllers",
+            "Indicates where instances of a controller are currently running",
+            m.running_controllers.clone(),
+        );
+        m.workqueues.register(registry);
         m
+    }
+
+    /// Sets `running_managed_controllers` of the controller with upstream short name `name`.
+    pub fn set_running(&self, name: &str, running: bool) {
+        self.running_controllers
+            .get_or_create(&ManagedControllerLabels {
+                name: name.to_string(),
+                manager: MANAGER.to_string(),
+            })
+            .set(i64::from(running));
     }
 
     /// Counts one caught worker panic of `controller`.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cloud_provider::ProviderController;
+use cloud_provider::{ControllerInfo, ProviderController};
 use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -146,29 +146,36 @@ pub async fn run_with_provider_controllers(
                 ctx.cloud.provider_name()
             )));
         }
-        runners.push((name.canonical(), build(&ctx, &informers, name)));
+        runners.push((
+            name.canonical(),
+            name.alias(),
+            build(&ctx, &informers, name),
+        ));
     }
     for controller in provider_controllers {
-        let name = controller.info().name;
+        let ControllerInfo { name, alias } = controller.info();
         if let Some(reason) = controller.skip_reason() {
             tracing::info!(controller = name, %reason, "not starting controller");
             continue;
         }
-        runners.push((name, build_provider(&ctx, &informers, controller)));
+        runners.push((name, alias, build_provider(&ctx, &informers, controller)));
     }
     let informer_token = shutdown.child_token();
     let informer_tasks = informers.start(&informer_token);
 
     let mut tasks = JoinSet::new();
     let mut names = std::collections::HashMap::new();
-    for (name, runner) in runners {
+    for (name, alias, runner) in runners {
         let health = ctx.health.register(name);
         let health_for_panics = health.clone();
         let token = shutdown.child_token();
         let dry_run = ctx.config.dry_run.clone();
+        let metrics = ctx.metrics.clone();
         tracing::info!(controller = name, "starting controller");
+        metrics.set_running(alias, true);
         let handle = tasks.spawn(async move {
             let result = runner(token).await;
+            metrics.set_running(alias, false);
             match &result {
                 Ok(()) => tracing::info!(controller = name, "controller stopped"),
                 Err(e) => {

@@ -12,8 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::workqueue_metrics::{QueueLabels, RunningWork, WorkqueueMetrics};
 
 /// The longest delay honoured: a provider asking to retry later than this (a `Retry-After` of years, say) is
 /// retried after it instead, and no deadline arithmetic can overflow.
@@ -25,9 +29,11 @@ fn deadline_after(delay: Duration) -> Instant {
 }
 
 struct State<K> {
-    ready: VecDeque<K>,
+    /// Keys ready to be processed, with when they were queued.
+    ready: VecDeque<(K, Instant)>,
     queued: HashSet<K>,
-    processing: HashSet<K>,
+    /// Keys being processed, with when their processing started.
+    processing: HashMap<K, Instant>,
     dirty: HashSet<K>,
     delayed: BinaryHeap<Reverse<(Instant, u64, K)>>,
     delayed_at: HashMap<K, Instant>,
@@ -57,6 +63,54 @@ struct Inner<K> {
     notify: Notify,
     base_delay: Duration,
     max_delay: Duration,
+    metrics: Option<QueueMetrics>,
+}
+
+/// The metrics of a named queue.
+struct QueueMetrics {
+    labels: QueueLabels,
+    families: WorkqueueMetrics,
+}
+
+impl<K> Inner<K> {
+    /// Counts an add and sets the depth (keys ready or waiting for their processing to end).
+    fn count_add(&self, s: &State<K>) {
+        if let Some(m) = &self.metrics {
+            m.families.adds.get_or_create(&m.labels).inc();
+            self.set_depth(s);
+        }
+    }
+
+    fn set_depth(&self, s: &State<K>) {
+        if let Some(m) = &self.metrics {
+            let depth = i64::try_from(s.ready.len() + s.dirty.len()).unwrap_or(i64::MAX);
+            m.families.depth.get_or_create(&m.labels).set(depth);
+        }
+    }
+
+    fn observe(
+        &self,
+        family: fn(&WorkqueueMetrics) -> &Family<QueueLabels, Histogram>,
+        since: Instant,
+    ) {
+        if let Some(m) = &self.metrics {
+            family(&m.families)
+                .get_or_create(&m.labels)
+                .observe(since.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl<K: Send + Sync> RunningWork for Inner<K> {
+    fn running_seconds(&self) -> (f64, f64) {
+        let s = self.state.lock();
+        s.processing
+            .values()
+            .fold((0.0, 0.0), |(sum, max), started| {
+                let seconds = started.elapsed().as_secs_f64();
+                (sum + seconds, f64::max(max, seconds))
+            })
+    }
 }
 
 /// The work queue; cheap to clone (clones share the queue).
@@ -106,7 +160,7 @@ where
                 state: Mutex::new(State {
                     ready: VecDeque::new(),
                     queued: HashSet::new(),
-                    processing: HashSet::new(),
+                    processing: HashMap::new(),
                     dirty: HashSet::new(),
                     delayed: BinaryHeap::new(),
                     delayed_at: HashMap::new(),
@@ -118,8 +172,29 @@ where
                 notify: Notify::new(),
                 base_delay,
                 max_delay,
+                metrics: None,
             }),
         }
+    }
+
+    /// Reports this queue's `workqueue_*` metrics under the upstream queue `name` (see
+    /// [`crate::workqueue_metrics::queue_names`]). Call right after [`WorkQueue::new`], before cloning.
+    pub fn with_metrics(mut self, name: &str, metrics: &WorkqueueMetrics) -> Self
+    where
+        K: Send + Sync + 'static,
+    {
+        let labels = QueueLabels {
+            name: name.to_string(),
+        };
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.metrics = Some(QueueMetrics {
+                labels: labels.clone(),
+                families: metrics.clone(),
+            });
+            let running: Arc<dyn RunningWork> = self.inner.clone();
+            metrics.track(labels, Arc::downgrade(&running));
+        }
+        self
     }
 
     /// Queues `key` now (no-op when already queued; re-queued after processing when being processed).
@@ -128,12 +203,15 @@ where
         if s.shut_down || s.queued.contains(&key) {
             return;
         }
-        if s.processing.contains(&key) {
-            s.dirty.insert(key);
+        if s.processing.contains_key(&key) {
+            if s.dirty.insert(key) {
+                self.inner.count_add(&s);
+            }
             return;
         }
         s.queued.insert(key.clone());
-        s.ready.push_back(key);
+        s.ready.push_back((key, Instant::now()));
+        self.inner.count_add(&s);
         drop(s);
         self.inner.notify.notify_one();
     }
@@ -166,6 +244,9 @@ where
     /// Records a failure of `key` and queues it again after its backoff delay (or after `at_least`, when
     /// longer, e.g. a cloud `Retry` delay). Returns the delay used.
     pub fn add_rate_limited(&self, key: K, at_least: Option<Duration>) -> Duration {
+        if let Some(m) = &self.inner.metrics {
+            m.families.retries.get_or_create(&m.labels).inc();
+        }
         let failures = {
             let mut s = self.inner.state.lock();
             let n = s.failures.entry(key.clone()).or_insert(0);
@@ -200,10 +281,12 @@ where
     /// Marks `key` processed; re-queues it when it was added while being processed.
     pub fn done(&self, key: &K) {
         let mut s = self.inner.state.lock();
-        s.processing.remove(key);
+        if let Some(started) = s.processing.remove(key) {
+            self.inner.observe(|m| &m.work_duration, started);
+        }
         if s.dirty.remove(key) && !s.shut_down {
             s.queued.insert(key.clone());
-            s.ready.push_back(key.clone());
+            s.ready.push_back((key.clone(), Instant::now()));
             drop(s);
             self.inner.notify.notify_one();
         } else if s.shut_down_if_finished() {
@@ -266,7 +349,7 @@ where
                     return None;
                 }
                 let now = Instant::now();
-                promote_due(&mut s, now);
+                promote_due(&self.inner, &mut s, now);
                 if !s.ready.is_empty() {
                     let take = s
                         .ready
@@ -276,13 +359,15 @@ where
                         .min(s.ready.len());
                     let mut batch = Vec::with_capacity(take);
                     for _ in 0..take {
-                        let Some(key) = s.ready.pop_front() else {
+                        let Some((key, queued_at)) = s.ready.pop_front() else {
                             break;
                         };
+                        self.inner.observe(|m| &m.queue_duration, queued_at);
                         s.queued.remove(&key);
-                        s.processing.insert(key.clone());
+                        s.processing.insert(key.clone(), now);
                         batch.push(key);
                     }
+                    self.inner.set_depth(&s);
                     let more = !s.ready.is_empty();
                     drop(s);
                     if more {
@@ -305,7 +390,7 @@ where
     }
 }
 
-fn promote_due<K: Eq + Hash + Clone + Ord>(s: &mut State<K>, now: Instant) {
+fn promote_due<K: Eq + Hash + Clone + Ord>(inner: &Inner<K>, s: &mut State<K>, now: Instant) {
     while let Some(Reverse((at, _, _))) = s.delayed.peek() {
         if *at > now {
             break;
@@ -321,12 +406,15 @@ fn promote_due<K: Eq + Hash + Clone + Ord>(s: &mut State<K>, now: Instant) {
         if s.queued.contains(&key) {
             continue;
         }
-        if s.processing.contains(&key) {
-            s.dirty.insert(key);
+        if s.processing.contains_key(&key) {
+            if s.dirty.insert(key) {
+                inner.count_add(s);
+            }
             continue;
         }
         s.queued.insert(key.clone());
-        s.ready.push_back(key);
+        s.ready.push_back((key, now));
+        inner.count_add(s);
     }
 }
 

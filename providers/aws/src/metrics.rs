@@ -1,8 +1,10 @@
 //! AWS API metrics with the upstream names, recorded by an SDK interceptor on every EC2, ELBv2 and STS call:
 //!
-//! - `cloudprovider_aws_api_request_duration_seconds{request}`: duration of each API call, retries included;
-//! - `cloudprovider_aws_api_request_errors{request}`: calls that failed after all retries (prometheus-client
-//!   exposes counters with a `_total` suffix);
+//! - `cloudprovider_aws_api_request_duration_seconds{request}`: duration of each successful API call,
+//!   retries included, in Prometheus' default buckets (as upstream);
+//! - `cloudprovider_aws_api_request_errors{request}`: calls that failed after all retries, under upstream's
+//!   exact series name (no `_total` suffix: OpenMetrics adds one to every counter, so this one is exposed
+//!   with type `unknown`, see [`UnsuffixedCounter`]);
 //! - `cloudprovider_aws_api_throttled_requests_total{operation_name}`: attempts answered with a throttling
 //!   error (`RequestLimitExceeded`, `Throttling`, ...), each retry counted.
 //!
@@ -23,12 +25,13 @@ use aws_smithy_runtime_api::client::interceptors::context::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 
 use crate::mutation_gate::StoppedByGate;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 /// Label set of the duration and error metrics.
@@ -48,8 +51,42 @@ pub struct OperationLabels {
 type HistogramFamily = Family<RequestLabels, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
-    // 5 ms .. ~80 s.
-    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+    // Upstream sets no buckets: Prometheus' defaults.
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+/// A counter exposed under its registered name as it is. Upstream's `cloudprovider_aws_api_request_errors`
+/// has no `_total` suffix, and OpenMetrics appends one to every counter; with type `unknown` the series
+/// keeps upstream's name, so dashboards and alerts written for it match.
+#[derive(Debug, Default, Clone)]
+pub struct UnsuffixedCounter(Counter);
+
+impl UnsuffixedCounter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.inc();
+    }
+
+    /// The count.
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl TypedMetric for UnsuffixedCounter {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+impl EncodeMetric for UnsuffixedCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.get())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
 }
 
 /// The AWS API metrics. Cloning shares the underlying series.
@@ -58,7 +95,7 @@ pub struct AwsMetrics {
     /// `cloudprovider_aws_api_request_duration_seconds{request}`.
     pub request_duration: HistogramFamily,
     /// `cloudprovider_aws_api_request_errors{request}`.
-    pub request_errors: Family<RequestLabels, Counter>,
+    pub request_errors: Family<RequestLabels, UnsuffixedCounter>,
     /// `cloudprovider_aws_api_throttled_requests_total{operation_name}`.
     pub throttled_requests: Family<OperationLabels, Counter>,
     /// Completed calls per operation (the histogram's sample count, readable without encoding).
@@ -144,12 +181,13 @@ impl AwsMetrics {
         let labels = RequestLabels {
             request: operation.to_string(),
         };
-        self.request_duration
-            .get_or_create(&labels)
-            .observe(seconds);
         *self.calls.lock().entry(operation.to_string()).or_default() += 1;
         if failed {
             self.request_errors.get_or_create(&labels).inc();
+        } else {
+            self.request_duration
+                .get_or_create(&labels)
+                .observe(seconds);
         }
     }
 
@@ -317,12 +355,10 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains(
-            "cloudprovider_aws_api_request_duration_seconds_count{request=\"DescribeInstances\"} 2"
+            "cloudprovider_aws_api_request_duration_seconds_count{request=\"DescribeInstances\"} 1"
         ), "{text}");
         assert!(
-            text.contains(
-                "cloudprovider_aws_api_request_errors_total{request=\"DescribeInstances\"} 1"
-            ),
+            text.contains("cloudprovider_aws_api_request_errors{request=\"DescribeInstances\"} 1"),
             "{text}"
         );
         assert!(text.contains(

@@ -25,7 +25,7 @@ use url::Url;
 
 use crate::api::{ErrorBody, Links};
 use crate::config::{DoConfig, RetryPolicy};
-use crate::metrics::ApiMetrics;
+use crate::metrics::{ApiMetrics, OperationLabels};
 use crate::ratelimit::RateLimiter;
 
 /// The `User-Agent` of every API request.
@@ -406,6 +406,29 @@ impl DoClient {
 
     /// Sends one call, with rate limiting and retries.
     async fn send(
+        &self,
+        op: &'static str,
+        method: Method,
+        url: Url,
+        body: Option<bytes::Bytes>,
+    ) -> Result<Response, ApiError> {
+        let result = self.send_with_retries(op, method, url, body).await;
+        if let Err(err) = &result
+            && !matches!(err, ApiError::DryRun { .. })
+        {
+            self.inner
+                .metrics
+                .errors
+                .get_or_create(&OperationLabels {
+                    request: op.to_string(),
+                })
+                .inc();
+        }
+        result
+    }
+
+    /// [`DoClient::send`] without the error count.
+    async fn send_with_retries(
         &self,
         op: &'static str,
         method: Method,

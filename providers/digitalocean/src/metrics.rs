@@ -4,12 +4,15 @@
 //! |------|------|--------|
 //! | `cloudprovider_digitalocean_api_requests_total` | counter | `request`, `code` |
 //! | `cloudprovider_digitalocean_api_request_duration_seconds` | histogram | `request` |
+//! | `cloudprovider_digitalocean_api_request_errors_total` | counter | `request` |
 //! | `cloudprovider_digitalocean_api_retries_total` | counter | `request`, `reason` |
 //! | `cloudprovider_digitalocean_api_rate_limit_remaining` | gauge | |
 //!
 //! `request` names the API operation (`list_droplets`, `update_load_balancer`, ...); `code` is the HTTP
 //! status or `transport` when no response arrived; `reason` is `rate_limited`, `server_error` or
-//! `transport`. [`ApiMetrics::register`] adds them to a prometheus-client registry.
+//! `transport`. A call that failed after its retries counts once in `..._request_errors_total` (the style of
+//! the AWS provider's `cloudprovider_aws_api_request_errors`). [`ApiMetrics::register`] adds them to a
+//! prometheus-client registry.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -56,6 +59,8 @@ pub struct ApiMetrics {
     pub duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
     /// Retries by operation and reason.
     pub retries: Family<RetryLabels, Counter>,
+    /// Calls that failed after their retries, by operation.
+    pub errors: Family<OperationLabels, Counter>,
     /// The last `RateLimit-Remaining` value seen.
     pub rate_limit_remaining: Gauge,
 }
@@ -66,6 +71,7 @@ impl Default for ApiMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
             retries: Family::default(),
+            errors: Family::default(),
             rate_limit_remaining: Gauge::default(),
         }
     }
@@ -83,6 +89,11 @@ impl ApiMetrics {
             "cloudprovider_digitalocean_api_request_duration_seconds",
             "Latency of DigitalOcean API requests",
             self.duration.clone(),
+        );
+        registry.register(
+            "cloudprovider_digitalocean_api_request_errors",
+            "DigitalOcean API calls that failed after their retries",
+            self.errors.clone(),
         );
         registry.register(
             "cloudprovider_digitalocean_api_retries",

@@ -37,6 +37,7 @@ use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
+use crate::workqueue_metrics::queue_names;
 
 use self::addresses::{AddressError, desired_addresses, validate_provided_ips};
 use self::labels::{initialization_labels, reconciled_labels};
@@ -199,7 +200,8 @@ impl CloudNodeController {
             api: Api::all(ctx.client_for(ControllerName::CloudNode)),
             store: informers.nodes(),
             recorder: ctx.recorder(ControllerName::CloudNode),
-            queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX),
+            queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX)
+                .with_metrics(queue_names::NODES, &ctx.metrics.workqueues),
             stale: StaleVersions::default(),
         });
         CloudNodeController {

@@ -34,6 +34,7 @@ use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
+use crate::workqueue_metrics::queue_names;
 
 /// Concurrent PV syncs.
 const WORKERS: usize = 4;
@@ -168,7 +169,8 @@ impl PvLabelController {
                 api: Api::all(ctx.client_for(ControllerName::PvLabel)),
                 store: informers.persistent_volumes(),
                 recorder: ctx.recorder(ControllerName::PvLabel),
-                queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX),
+                queue: WorkQueue::new(BACKOFF_BASE, BACKOFF_MAX)
+                    .with_metrics(queue_names::PV_LABELS, &ctx.metrics.workqueues),
                 finished: Mutex::new(HashMap::new()),
             }),
             informers: informers.clone(),

@@ -50,6 +50,7 @@ use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
 use crate::panics::PanicGuard;
 use crate::workqueue::WorkQueue;
+use crate::workqueue_metrics::queue_names;
 
 use predicates::{
     SyncFingerprint, current_status, has_cleanup_finalizer, load_balancer_nodes,
@@ -181,7 +182,8 @@ impl ServiceLbController {
             panics: PanicGuard::new(ctx, ControllerName::ServiceLb),
             services: informers.services(),
             nodes: informers.nodes(),
-            queue: WorkQueue::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY),
+            queue: WorkQueue::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY)
+                .with_metrics(queue_names::SERVICE, &ctx.metrics.workqueues),
             cache: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             hosts: RwLock::new(None),
@@ -198,7 +200,8 @@ impl ServiceLbController {
     /// upstream). Cloud `Retry` errors keep their own delay.
     pub fn with_retry_delays(mut self, min: Duration, max: Duration) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
-            shared.queue = WorkQueue::new(min, max.max(min));
+            shared.queue = WorkQueue::new(min, max.max(min))
+                .with_metrics(queue_names::SERVICE, &shared.ctx.metrics.workqueues);
         }
         self
     }
