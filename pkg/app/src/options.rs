@@ -177,6 +177,12 @@ pub struct Options {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Controllers")]
     pub node_monitor_period: Duration,
 
+    /// How long after a Node's creation cloud-node-lifecycle-controller never deletes it because the cloud
+    /// cannot find its instance (clouds such as EC2 may not list a just-launched instance at once); 0 turns
+    /// the grace off, as upstream's default.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration, help_heading = "Controllers")]
+    pub instance_exists_grace_period: Duration,
+
     /// Period of the node address sync with the cloud.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Controllers")]
     pub node_status_update_frequency: Duration,

@@ -230,6 +230,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         allocate_node_cidrs: options.allocate_node_cidrs,
         configure_cloud_routes: options.configure_cloud_routes,
         node_monitor_period: options.node_monitor_period,
+        instance_exists_grace_period: options.instance_exists_grace_period,
         node_status_update_frequency: options.node_status_update_frequency,
         route_reconciliation_period: options.route_reconciliation_period,
         concurrent_node_syncs,

@@ -29,6 +29,9 @@ pub struct ControllerConfig {
     pub configure_cloud_routes: bool,
     /// `--node-monitor-period`: period of the node-lifecycle pass.
     pub node_monitor_period: Duration,
+    /// `--instance-exists-grace-period`: how long after its creation a node is never deleted because the
+    /// cloud cannot find its instance (zero: no grace).
+    pub instance_exists_grace_period: Duration,
     /// `--node-status-update-frequency`: period of the node address sync.
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
@@ -102,6 +105,7 @@ impl Default for ControllerConfig {
             allocate_node_cidrs: false,
             configure_cloud_routes: true,
             node_monitor_period: Duration::from_secs(5),
+            instance_exists_grace_period: Duration::ZERO,
             node_status_update_frequency: Duration::from_secs(5 * 60),
             route_reconciliation_period: Duration::from_secs(10),
             concurrent_node_syncs: 1,

@@ -9,7 +9,7 @@ use cloud_controllers::{ControllerConfig, ControllerName};
 use cloud_provider::TAINT_SHUTDOWN;
 use common::*;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
-use provider_fake::{FakeConfig, FakeControl, InstanceConfig};
+use provider_fake::{FakeConfig, FakeControl, FaultKind, FaultSpec, InstanceConfig};
 use test_apiserver::FaultRule;
 
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -288,4 +288,95 @@ async fn lifecycle_checks_not_ready_nodes_with_one_bulk_call_per_pass() {
         60
     );
     h.stop().await.unwrap();
+}
+
+/// Two Ready nodes, so that deleting one more node stays within the deletion guard.
+async fn create_ready_nodes(client: &kube::Client) {
+    for name in ["ready-1", "ready-2"] {
+        create_node(client, &initialized_node(name, "True", vec![])).await;
+    }
+}
+
+/// The fake cloud's bulk state call reports every instance gone.
+fn every_instance_missing() -> FaultSpec {
+    FaultSpec {
+        error_rate: 1.0,
+        kind: FaultKind::NotFound,
+        ..FaultSpec::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_an_instance_missing_for_one_pass_costs_no_node() {
+    // Passes 2 s apart: the fault is cleared between the first and the second.
+    let config = ControllerConfig {
+        node_monitor_period: Duration::from_secs(2),
+        ..test_config()
+    };
+    let (h, cloud) = start(config, &["blink-1", "ready-1", "ready-2"]).await;
+    cloud
+        .set_fault("instance_states", every_instance_missing())
+        .unwrap();
+    create_ready_nodes(&h.client).await;
+    create_node(&h.client, &initialized_node("blink-1", "Unknown", vec![])).await;
+    wait_until(
+        TIMEOUT,
+        "a pass that finds the instance missing",
+        || async { cloud.call_count("instance_states") >= 1 },
+    )
+    .await;
+    cloud.clear_fault("instance_states");
+    wait_until(TIMEOUT, "two more passes", || async {
+        cloud.call_count("instance_states") >= 3
+    })
+    .await;
+    assert!(
+        get_node(&h.client, "blink-1").await.is_some(),
+        "one pass that did not find the instance deleted the node"
+    );
+
+    // Missing in two passes in a row: deleted.
+    cloud
+        .set_fault("instance_states", every_instance_missing())
+        .unwrap();
+    wait_until(TIMEOUT, "blink-1 deleted", || async {
+        get_node(&h.client, "blink-1").await.is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_a_node_younger_than_the_grace_period_is_never_deleted() {
+    let grace = Duration::from_secs(4);
+    let config = ControllerConfig {
+        instance_exists_grace_period: grace,
+        ..test_config()
+    };
+    // The cloud does not list the new node's instance.
+    let (h, cloud) = start(config, &["fresh-1", "ready-1", "ready-2"]).await;
+    cloud
+        .set_fault("instance_states", every_instance_missing())
+        .unwrap();
+    create_ready_nodes(&h.client).await;
+    create_node(&h.client, &initialized_node("fresh-1", "Unknown", vec![])).await;
+    let created = std::time::Instant::now();
+    wait_until(TIMEOUT, "ten passes", || async {
+        cloud.call_count("instance_states") >= 10
+    })
+    .await;
+    assert!(
+        created.elapsed() < grace,
+        "the passes took too long to test the grace"
+    );
+    assert!(
+        get_node(&h.client, "fresh-1").await.is_some(),
+        "a node within the grace period was deleted"
+    );
+    wait_until(
+        TIMEOUT,
+        "fresh-1 deleted once the grace is over",
+        || async { get_node(&h.client, "fresh-1").await.is_none() },
+    )
+    .await;
+    assert!(created.elapsed() >= grace);
 }

@@ -11,6 +11,7 @@
 //! The cloud is asked with bulk `instance_states` calls (one per chunk of NotReady nodes) when the provider
 //! has `InstancesV2`, instead of one or two calls per node.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::reflector::Store;
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -99,6 +101,8 @@ pub struct CloudNodeLifecycleController {
     store: Store<CachedNode>,
     informers: SharedInformers,
     recorder: EventRecorder,
+    /// UIDs of the nodes whose instances the previous pass did not find.
+    missing: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for CloudNodeLifecycleController {
@@ -137,6 +141,7 @@ impl CloudNodeLifecycleController {
             store: informers.nodes(),
             informers: informers.clone(),
             recorder: ctx.recorder(ControllerName::CloudNodeLifecycle),
+            missing: Mutex::new(HashSet::new()),
         }
     }
 
@@ -204,11 +209,11 @@ impl CloudNodeLifecycleController {
         }
         summary.checked = not_ready.len();
         let states = instance_states(self.ctx.cloud.as_ref(), &not_ready).await;
-        let mut gone = Vec::new();
+        let mut missing = Vec::new();
         let mut stopped = Vec::new();
         for (node, state) in not_ready.iter().zip(states) {
             match state {
-                Ok(InstanceState::NotFound) => gone.push(node.clone()),
+                Ok(InstanceState::NotFound) => missing.push(node.clone()),
                 Ok(InstanceState::Shutdown) => {
                     if !has_shutdown_taint(node) {
                         stopped.push(node.clone());
@@ -223,6 +228,7 @@ impl CloudNodeLifecycleController {
             }
         }
         summary.tainted = self.add_shutdown_taints(&stopped).await;
+        let gone = self.confirm_missing(missing);
         match deletion_guard(
             gone.len(),
             nodes.len(),
@@ -265,6 +271,34 @@ impl CloudNodeLifecycleController {
             }
         }
         summary
+    }
+
+    /// The nodes of `missing` (their instances not found this pass) to delete: those past
+    /// `--instance-exists-grace-period` since their creation that the previous pass found missing too (a
+    /// dry run, which makes one pass, takes the daemon's second pass for granted). A cloud that does not
+    /// list a just-launched instance at once, or misses one for a moment, costs no Node.
+    fn confirm_missing(&self, missing: Vec<Arc<CachedNode>>) -> Vec<Arc<CachedNode>> {
+        let grace = self.ctx.config.instance_exists_grace_period;
+        let mut previous = self.missing.lock();
+        let mut now_missing = HashSet::new();
+        let mut confirmed = Vec::new();
+        for node in missing {
+            if node_age(&node).is_some_and(|age| age < grace) {
+                tracing::info!(node = %node.name(), ?grace,
+                    "instance not found, but the node is within --instance-exists-grace-period; keeping it");
+                continue;
+            }
+            let key = node.uid().unwrap_or(node.name()).to_string();
+            if self.ctx.is_single_pass() || previous.contains(&key) {
+                confirmed.push(node);
+            } else {
+                tracing::info!(node = %node.name(),
+                    "instance not found; the node is deleted if the next pass finds it missing too");
+            }
+            now_missing.insert(key);
+        }
+        *previous = now_missing;
+        confirmed
     }
 
     /// In a dry run, reports that a step of the pass failed for node `name`.
@@ -374,6 +408,13 @@ impl CloudNodeLifecycleController {
             }
         }
     }
+}
+
+/// How long ago `node` was created, when it says (zero when its creation time is ahead of this clock).
+fn node_age(node: &CachedNode) -> Option<Duration> {
+    let created = node.creation_timestamp()?;
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
+    Some(Duration::try_from(age).unwrap_or(Duration::ZERO))
 }
 
 /// Runs the writes with bounded concurrency and counts the successful ones. The writes are created
