@@ -62,6 +62,9 @@ pub struct FaultRequest {
     /// Added to every call, in milliseconds.
     #[serde(default)]
     pub latency_ms: u64,
+    /// The fault is lifted after this many calls (none: it stays).
+    #[serde(default)]
+    pub calls: Option<u64>,
 }
 
 fn default_retry_after_ms() -> u64 {
@@ -75,6 +78,7 @@ impl FaultRequest {
             kind: self.kind,
             retry_after_ms: self.retry_after_ms,
             latency_ms: self.latency_ms,
+            calls: self.calls,
         }
     }
 }

@@ -110,6 +110,10 @@ pub struct FaultSpec {
     /// Added to every call, in milliseconds, before it succeeds or fails.
     #[serde(default)]
     pub latency_ms: u64,
+    /// When set, the fault applies to this many more calls of the operation only, then is lifted (e.g. a
+    /// just-launched instance the cloud does not list for one call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u64>,
 }
 
 fn default_retry_after_ms() -> u64 {
@@ -123,6 +127,7 @@ impl Default for FaultSpec {
             kind: FaultKind::Provider,
             retry_after_ms: default_retry_after_ms(),
             latency_ms: 0,
+            calls: None,
         }
     }
 }
@@ -135,6 +140,12 @@ impl FaultSpec {
             kind,
             ..Default::default()
         }
+    }
+
+    /// The fault for the next `calls` calls only.
+    pub fn for_calls(mut self, calls: u64) -> Self {
+        self.calls = Some(calls);
+        self
     }
 
     /// Only latency, no errors.

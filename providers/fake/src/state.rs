@@ -294,16 +294,32 @@ impl State {
     // ---- faults and counters ----
 
     /// Counts a call of `op` and decides its latency and whether it fails.
+    /// Counts one call against a fault limited to a number of calls, lifting it after the last one.
+    fn count_down_fault(&mut self, key: &str, spec: FaultSpec) {
+        match spec.calls {
+            Some(left) if left <= 1 => {
+                self.faults.remove(key);
+            }
+            Some(left) => {
+                if let Some(fault) = self.faults.get_mut(key) {
+                    fault.calls = Some(left - 1);
+                }
+            }
+            None => {}
+        }
+    }
+
     pub(crate) fn gate(&mut self, op: &str) -> (Duration, Option<Injected>) {
         *self.calls.entry(op.to_string()).or_default() += 1;
-        let Some(spec) = self
-            .faults
-            .get(op)
-            .or_else(|| self.faults.get(ALL_OPERATIONS))
-            .copied()
-        else {
+        let key = if self.faults.contains_key(op) {
+            op
+        } else {
+            ALL_OPERATIONS
+        };
+        let Some(spec) = self.faults.get(key).copied() else {
             return (Duration::ZERO, None);
         };
+        self.count_down_fault(key, spec);
         let latency = Duration::from_millis(spec.latency_ms);
         if spec.error_rate <= 0.0 {
             return (latency, None);

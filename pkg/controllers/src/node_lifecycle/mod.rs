@@ -11,7 +11,6 @@
 //! The cloud is asked with bulk `instance_states` calls (one per chunk of NotReady nodes) when the provider
 //! has `InstancesV2`, instead of one or two calls per node.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +21,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::reflector::Store;
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -101,8 +99,6 @@ pub struct CloudNodeLifecycleController {
     store: Store<CachedNode>,
     informers: SharedInformers,
     recorder: EventRecorder,
-    /// UIDs of the nodes whose instances the previous pass did not find.
-    missing: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for CloudNodeLifecycleController {
@@ -141,7 +137,6 @@ impl CloudNodeLifecycleController {
             store: informers.nodes(),
             informers: informers.clone(),
             recorder: ctx.recorder(ControllerName::CloudNodeLifecycle),
-            missing: Mutex::new(HashSet::new()),
         }
     }
 
@@ -228,7 +223,7 @@ impl CloudNodeLifecycleController {
             }
         }
         summary.tainted = self.add_shutdown_taints(&stopped).await;
-        let gone = self.confirm_missing(missing);
+        let gone = self.confirm_missing(missing).await;
         match deletion_guard(
             gone.len(),
             nodes.len(),
@@ -274,31 +269,39 @@ impl CloudNodeLifecycleController {
     }
 
     /// The nodes of `missing` (their instances not found this pass) to delete: those past
-    /// `--instance-exists-grace-period` since their creation that the previous pass found missing too (a
-    /// dry run, which makes one pass, takes the daemon's second pass for granted). A cloud that does not
-    /// list a just-launched instance at once, or misses one for a moment, costs no Node.
-    fn confirm_missing(&self, missing: Vec<Arc<CachedNode>>) -> Vec<Arc<CachedNode>> {
+    /// `--instance-exists-grace-period` since their creation whose instances a second lookup (one bulk
+    /// call) does not find either. A cloud that misses an instance for a moment, or does not list a
+    /// just-launched one yet, costs no Node.
+    async fn confirm_missing(&self, missing: Vec<Arc<CachedNode>>) -> Vec<Arc<CachedNode>> {
         let grace = self.ctx.config.instance_exists_grace_period;
-        let mut previous = self.missing.lock();
-        let mut now_missing = HashSet::new();
-        let mut confirmed = Vec::new();
-        for node in missing {
-            if node_age(&node).is_some_and(|age| age < grace) {
-                tracing::info!(node = %node.name(), ?grace,
-                    "instance not found, but the node is within --instance-exists-grace-period; keeping it");
-                continue;
-            }
-            let key = node.uid().unwrap_or(node.name()).to_string();
-            if self.ctx.is_single_pass() || previous.contains(&key) {
-                confirmed.push(node);
-            } else {
-                tracing::info!(node = %node.name(),
-                    "instance not found; the node is deleted if the next pass finds it missing too");
-            }
-            now_missing.insert(key);
+        let (young, candidates): (Vec<_>, Vec<_>) = missing
+            .into_iter()
+            .partition(|node| node_age(node).is_some_and(|age| age < grace));
+        for node in &young {
+            tracing::info!(node = %node.name(), ?grace,
+                "instance not found, but the node is within --instance-exists-grace-period; keeping it");
         }
-        *previous = now_missing;
-        confirmed
+        if candidates.is_empty() {
+            return candidates;
+        }
+        let second_look = instance_states(self.ctx.cloud.as_ref(), &candidates).await;
+        candidates
+            .into_iter()
+            .zip(second_look)
+            .filter_map(|(node, state)| match state {
+                Ok(InstanceState::NotFound) => Some(node),
+                Ok(_) => {
+                    tracing::info!(node = %node.name(), "instance found on a second look; keeping the node");
+                    None
+                }
+                Err(error) => {
+                    tracing::warn!(node = %node.name(), %error,
+                        "could not look at the node's instance again; keeping it this pass");
+                    self.record_failure(node.name(), &error);
+                    None
+                }
+            })
+            .collect()
     }
 
     /// In a dry run, reports that a step of the pass failed for node `name`.
