@@ -189,9 +189,9 @@ const CONTROLLER_WRITES: &[(ControllerName, &[&str])] = &[
     ),
 ];
 
-fn strings(value: &serde_yaml::Value) -> Vec<String> {
+fn strings(value: &serde_json::Value) -> Vec<String> {
     value
-        .as_sequence()
+        .as_array()
         .map(|items| {
             items
                 .iter()
@@ -212,10 +212,8 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
         "/../../deploy/rbac-service-account-credentials.yaml"
     );
     let text = std::fs::read_to_string(path).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
-        .collect();
-    let of_kind = |kind: &str| -> Vec<&serde_yaml::Value> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
         docs.iter()
             .filter(|d| d["kind"].as_str() == Some(kind))
             .collect()
@@ -253,7 +251,7 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
     assert_eq!(roles.len(), 1);
     let role = roles[0];
     assert_eq!(role["metadata"]["namespace"].as_str(), Some(NAMESPACE));
-    let rules = role["rules"].as_sequence().unwrap();
+    let rules = role["rules"].as_array().unwrap();
     assert_eq!(rules.len(), 1);
     assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
     assert_eq!(strings(&rules[0]["resources"]), ["serviceaccounts/token"]);
@@ -274,7 +272,7 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
             .into_iter()
             .find(|b| b["roleRef"]["name"].as_str() == Some(role_name.as_str()))
             .unwrap_or_else(|| panic!("no ClusterRoleBinding of {role_name}"));
-        assert_eq!(binding["subjects"].as_sequence().unwrap().len(), 1);
+        assert_eq!(binding["subjects"].as_array().unwrap().len(), 1);
         assert_eq!(
             binding["subjects"][0]["name"].as_str(),
             Some(controller.client_name()),
@@ -289,7 +287,7 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
             .find(|r| r["metadata"]["name"].as_str() == Some(role_name.as_str()))
             .unwrap_or_else(|| panic!("no ClusterRole {role_name}"));
         let mut granted: Vec<String> = Vec::new();
-        for rule in role["rules"].as_sequence().unwrap() {
+        for rule in role["rules"].as_array().unwrap() {
             assert_eq!(strings(&rule["apiGroups"]), [""], "{name}");
             for resource in strings(&rule["resources"]) {
                 for verb in strings(&rule["verbs"]) {

@@ -77,7 +77,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum ConfigError {
     /// The cloud-config file is not valid YAML of the expected shape.
     #[error("invalid DigitalOcean cloud config: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(String),
     /// No token was given.
     #[error(
         "no DigitalOcean API token: set {ENV_ACCESS_TOKEN} (or accessToken in the cloud config)"
@@ -363,7 +363,7 @@ impl DoConfig {
     ) -> Result<Self, ConfigError> {
         let file: FileConfig = match file {
             Some(bytes) if !bytes.iter().all(u8::is_ascii_whitespace) => {
-                serde_yaml::from_slice(bytes)?
+                parse_yaml(bytes).map_err(ConfigError::Parse)?
             }
             _ => FileConfig::default(),
         };
@@ -450,6 +450,67 @@ impl DoConfig {
     pub fn from_env_and_file(file: Option<&[u8]>) -> Result<Self, ConfigError> {
         Self::from_sources(file, |name| std::env::var(name).ok())
     }
+}
+
+/// Deserializes the one-document YAML cloud-config. The error is one line: the path of the field (none at
+/// the top level), then the parser's message and position, e.g. ``maxRetries: invalid u32 at line 2,
+/// column 13``. The file itself is never quoted (no source snippet), so the token next to a mistake stays
+/// out of logs. As in YAML 1.2, `yes`/`on`/... are not booleans, and `<<` is an ordinary key (no merge),
+/// hence an unknown field.
+fn parse_yaml<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        strict_booleans: true,
+        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
+    };
+    let mut path = None;
+    serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().clone());
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let message = e.render_with_formatter(&serde_saphyr::UserMessageFormatter);
+        match path.map(|path| field_path(&path, &e)) {
+            Some(path) if !path.is_empty() => format!("{path}: {message}"),
+            _ => message,
+        }
+    })
+}
+
+/// `a.b[1]`: where the parser stopped, without a trailing key it could not read (a duplicate) or the
+/// unknown field the message names.
+fn field_path(path: &serde_path_to_error::Path, error: &serde_saphyr::Error) -> String {
+    use serde_path_to_error::Segment;
+    let mut segments: Vec<&Segment> = path.iter().collect();
+    while matches!(segments.last(), Some(Segment::Unknown)) {
+        segments.pop();
+    }
+    if let serde_saphyr::Error::SerdeUnknownField { field, .. } = error.without_snippet()
+        && matches!(segments.last(), Some(Segment::Map { key }) if key == field)
+    {
+        segments.pop();
+    }
+    let mut text = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
+            Segment::Map { key: name } | Segment::Enum { variant: name } => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(name);
+            }
+            Segment::Unknown => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push('?');
+            }
+        }
+    }
+    text
 }
 
 /// Parses a base URL, adding the trailing slash relative paths need.
@@ -657,6 +718,40 @@ requestTimeoutSeconds: 3
             err.to_string().contains("unknown field `acessToken`"),
             "{err}"
         );
+        // A mistake in the file is named by its key and position; the file is never quoted, so the
+        // token next to it stays out of the message.
+        let cases = [
+            (
+                "maxRetries: -1\n",
+                "maxRetries: invalid u32 at line 2, column 13",
+            ),
+            (
+                "ipModeProxy: yes\n",
+                "ipModeProxy: invalid boolean (true or false expected) at line 2, column 14",
+            ),
+            (
+                "region: [fra1\n",
+                "region: expected string scalar at line 2, column 9",
+            ),
+            (
+                "accessToken: other\n",
+                "duplicate mapping key `accessToken` is not allowed here at line 2, column 1",
+            ),
+            (
+                "---\nregion: fra1\n",
+                "only single YAML document expected but multiple found at line 3, column 1",
+            ),
+        ];
+        for (rest, want) in cases {
+            let file = format!("accessToken: {secret}\n{rest}");
+            let err = DoConfig::from_sources(Some(file.as_bytes()), env_of(&[])).unwrap_err();
+            assert!(matches!(err, ConfigError::Parse(_)), "{file}: {err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!("invalid DigitalOcean cloud config: {want}"),
+                "{file}"
+            );
+        }
         let err = DoConfig::from_sources(
             Some(b"requestTimeoutSeconds: 0\n"),
             env_of(&[(ENV_ACCESS_TOKEN, "t")]),

@@ -171,7 +171,7 @@ async fn get_state(State(c): Ctl) -> Response {
 }
 
 async fn get_config(State(c): Ctl) -> Response {
-    match serde_yaml::to_string(&c.cloud_config()) {
+    match serde_saphyr::to_string(&c.cloud_config()) {
         Ok(yaml) => ([(CONTENT_TYPE, "application/yaml")], yaml).into_response(),
         Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,

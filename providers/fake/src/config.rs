@@ -73,7 +73,7 @@ pub const DEFAULT_CLUSTER_NAME: &str = "kubernetes";
 pub enum ConfigError {
     /// The YAML could not be parsed into the schema (the message names the field and position).
     #[error("invalid fake cloud config: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(String),
     /// A field has a value the fake cloud cannot use.
     #[error("invalid fake cloud config: {field}: {message}")]
     Invalid {
@@ -366,6 +366,67 @@ impl Default for FakeConfig {
     }
 }
 
+/// Deserializes a one-document YAML cloud-config. The error is one line: the path of the field (none at
+/// the top level), then the parser's message and position, e.g. ``instances[0].state: unknown variant
+/// `sleeping`, expected one of running, stopped, terminated at line 3, column 12``; the file itself is
+/// never quoted (no source snippet). As in YAML 1.2, `yes`/`on`/... are not booleans, and `<<` is an
+/// ordinary key (no merge), hence an unknown field.
+fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        strict_booleans: true,
+        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
+    };
+    let mut path = None;
+    serde_saphyr::with_deserializer_from_str_with_options(text, options, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = Some(e.path().clone());
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let message = e.render_with_formatter(&serde_saphyr::UserMessageFormatter);
+        match path.map(|path| field_path(&path, &e)) {
+            Some(path) if !path.is_empty() => format!("{path}: {message}"),
+            _ => message,
+        }
+    })
+}
+
+/// `instances[0].addresses[1]`: where the parser stopped, without a trailing key it could not read (a
+/// duplicate) or the unknown field the message names.
+fn field_path(path: &serde_path_to_error::Path, error: &serde_saphyr::Error) -> String {
+    use serde_path_to_error::Segment;
+    let mut segments: Vec<&Segment> = path.iter().collect();
+    while matches!(segments.last(), Some(Segment::Unknown)) {
+        segments.pop();
+    }
+    if let serde_saphyr::Error::SerdeUnknownField { field, .. } = error.without_snippet()
+        && matches!(segments.last(), Some(Segment::Map { key }) if key == field)
+    {
+        segments.pop();
+    }
+    let mut text = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
+            Segment::Map { key: name } | Segment::Enum { variant: name } => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(name);
+            }
+            Segment::Unknown => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push('?');
+            }
+        }
+    }
+    text
+}
+
 const ADDRESS_TYPES: [&str; 5] = [
     "InternalIP",
     "ExternalIP",
@@ -384,7 +445,7 @@ impl FakeConfig {
         let config: FakeConfig = if text.trim().is_empty() {
             FakeConfig::default()
         } else {
-            serde_yaml::from_str(text)?
+            parse_yaml(text).map_err(ConfigError::Parse)?
         };
         config.validate()?;
         Ok(config)
@@ -888,6 +949,59 @@ instances:
             m.contains("faults.create_route.kind") || m.contains("explode"),
             "{m}"
         );
+
+        // The whole message: our prefix, the field path, the parser's message and position.
+        let cases = [
+            (
+                "instances:\n  - name: a\n    state: sleeping\n",
+                "instances[0].state: unknown variant `sleeping`, expected one of running, stopped, \
+                 terminated at line 3, column 12",
+            ),
+            (
+                "instances:\n  - name: a\n    addresses: [{type: InternalIP, addr: 1.2.3.4}]\n",
+                "instances[0].addresses[0]: unknown field `addr`, expected one of type, address at \
+                 line 3, column 36",
+            ),
+            ("seed: abc\n", "seed: invalid u64 at line 1, column 7"),
+            // `yes` is not a boolean, as in YAML 1.2.
+            (
+                "autoDiscover: yes\n",
+                "autoDiscover: invalid boolean (true or false expected) at line 1, column 15",
+            ),
+            (
+                "region: a\nregion: b\n",
+                "duplicate mapping key `region` is not allowed here at line 2, column 1",
+            ),
+            (
+                "region: a\n---\nregion: b\n",
+                "only single YAML document expected but multiple found at line 3, column 1",
+            ),
+            // `<<` is no merge key: an unknown field.
+            (
+                "instances:\n  - &n {name: a}\n  - <<: *n\n    name: b\n",
+                "instances[1]: unknown field `<<`, expected one of name, providerID, id, type, zone, \
+                 addresses, state, labels at line 3, column 5",
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(
+                err(yaml),
+                format!("invalid fake cloud config: {want}"),
+                "{yaml}"
+            );
+        }
+    }
+
+    #[test]
+    fn anchors_and_aliases_are_resolved() {
+        let c = FakeConfig::from_yaml(
+            b"zones: &zones [z1, z2]\ninstances:\n  - {name: n1, zone: z2, labels: &team {team: a}}\n  \
+              - {name: n2, labels: *team}\nvolumes: [{name: v1, zone: z1}]\n",
+        )
+        .unwrap();
+        assert_eq!(c.effective_zones(), ["z1", "z2"]);
+        assert_eq!(c.instances[1].labels, c.instances[0].labels);
+        assert_eq!(c.instances[1].labels["team"], "a");
     }
 
     #[test]

@@ -106,14 +106,16 @@ pub fn free_port() -> Result<u16, HarnessError> {
 /// Rewrites a kubeconfig so that every user authenticates with `token`.
 pub fn kubeconfig_with_token(kubeconfig: &str, token: &str) -> Result<String, HarnessError> {
     let bad = |m: String| HarnessError::Config(format!("the local API server's kubeconfig: {m}"));
-    let mut value: serde_yaml::Value =
-        serde_yaml::from_str(kubeconfig).map_err(|e| bad(e.to_string()))?;
+    // No source snippet in the error: the kubeconfig holds credentials.
+    let options = serde_saphyr::options! { with_snippet: false };
+    let mut value: serde_json::Value =
+        serde_saphyr::from_str_with_options(kubeconfig, options).map_err(|e| bad(e.to_string()))?;
     let users = value
         .get_mut("users")
-        .and_then(|u| u.as_sequence_mut())
+        .and_then(|u| u.as_array_mut())
         .ok_or_else(|| bad("no users".into()))?;
     for user in users.iter_mut() {
-        let Some(auth) = user.get_mut("user").and_then(|u| u.as_mapping_mut()) else {
+        let Some(auth) = user.get_mut("user").and_then(|u| u.as_object_mut()) else {
             return Err(bad("a user entry without `user`".into()));
         };
         auth.remove("token");
@@ -122,7 +124,7 @@ pub fn kubeconfig_with_token(kubeconfig: &str, token: &str) -> Result<String, Ha
         auth.remove("client-key-data");
         auth.insert("token".into(), token.into());
     }
-    serde_yaml::to_string(&value).map_err(|e| bad(e.to_string()))
+    serde_saphyr::to_string(&value).map_err(|e| bad(e.to_string()))
 }
 
 /// The API server the harness' own CCM replicas talk to.
@@ -758,7 +760,7 @@ current-context: test
 "#;
         let text = kubeconfig_with_token(admin, "ccm").unwrap();
         assert!(!text.contains("admin-token"), "{text}");
-        let value: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         assert_eq!(value["users"][0]["user"]["token"].as_str(), Some("ccm"));
         assert_eq!(
             value["clusters"][0]["cluster"]["server"].as_str(),

@@ -185,25 +185,23 @@ impl RbacManifest {
         let mut roles = Vec::new();
         let mut cluster_bindings = Vec::new();
         let mut bindings = Vec::new();
-        for (index, document) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
-            let value = serde_yaml::Value::deserialize(document)
-                .map_err(|e| bad(format!("document {index}: {e}")))?;
-            if value.is_null() {
-                continue;
-            }
-            let kind: Kind = serde_yaml::from_value(value.clone())
-                .map_err(|e| bad(format!("document {index}: {e}")))?;
-            let parse_err = |e: serde_yaml::Error| bad(format!("document {index}: {e}"));
+        // Each document is read as a JSON value, then as the object its `kind` names. Empty documents
+        // (comments only, a trailing `---`) are skipped and not counted.
+        let documents: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| bad(e.to_string()))?;
+        for (index, value) in documents.into_iter().enumerate() {
+            let parse_err = |e: serde_json::Error| bad(format!("document {index}: {e}"));
+            let kind: Kind = serde_json::from_value(value.clone()).map_err(parse_err)?;
             match kind.kind.as_deref() {
                 Some("ClusterRole") => cluster_roles
-                    .push(serde_yaml::from_value::<ClusterRole>(value).map_err(parse_err)?),
+                    .push(serde_json::from_value::<ClusterRole>(value).map_err(parse_err)?),
                 Some("Role") => {
-                    roles.push(serde_yaml::from_value::<Role>(value).map_err(parse_err)?)
+                    roles.push(serde_json::from_value::<Role>(value).map_err(parse_err)?)
                 }
                 Some("ClusterRoleBinding") => cluster_bindings
-                    .push(serde_yaml::from_value::<ClusterRoleBinding>(value).map_err(parse_err)?),
+                    .push(serde_json::from_value::<ClusterRoleBinding>(value).map_err(parse_err)?),
                 Some("RoleBinding") => {
-                    bindings.push(serde_yaml::from_value::<RoleBinding>(value).map_err(parse_err)?)
+                    bindings.push(serde_json::from_value::<RoleBinding>(value).map_err(parse_err)?)
                 }
                 _ => {}
             }
@@ -564,6 +562,15 @@ subjects: [{kind: ServiceAccount, name: ccm, namespace: kube-system}]
         assert!(err.to_string().contains("nonesuch"), "{err}");
         let err = RbacManifest::parse("kind: Role\nrules: 7\n", "kube-system", "ccm").unwrap_err();
         assert!(err.to_string().contains("document 0"), "{err}");
+        let err = RbacManifest::parse(
+            "# empty\n---\nkind: ServiceAccount\n---\nkind: Role\nrules: 7\n",
+            "kube-system",
+            "ccm",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("document 1: "), "{err}");
+        let err = RbacManifest::parse("kind: Role\nrules: [\n", "kube-system", "ccm").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
     }
 
     #[test]
@@ -578,6 +585,16 @@ subjects: [{kind: ServiceAccount, name: ccm, namespace: kube-system}]
                 .iter()
                 .any(|g| g.defined_here && g.namespace.is_none())
         );
+        assert!(manifest.grants.iter().any(|g| !g.defined_here));
+    }
+
+    #[test]
+    fn the_upstream_manifest_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/upstream-rbac.yaml");
+        let yaml = std::fs::read_to_string(path).unwrap();
+        let manifest =
+            RbacManifest::parse(&yaml, "kube-system", "cloud-controller-manager").unwrap();
+        assert!(manifest.grants.iter().any(|g| g.defined_here));
         assert!(manifest.grants.iter().any(|g| !g.defined_here));
     }
 }

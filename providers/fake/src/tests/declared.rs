@@ -294,7 +294,7 @@ instances:
         .unwrap();
 
     let exported = h.cloud_config();
-    let yaml = serde_yaml::to_string(&exported).unwrap();
+    let yaml = serde_saphyr::to_string(&exported).unwrap();
     let second = FakeCloud::from_yaml(yaml.as_bytes()).unwrap();
     // The running auto-discovered instance is discovered again from its node.
     second.instance_metadata(&n3).await.unwrap();
@@ -358,7 +358,7 @@ instances:
 #[tokio::test]
 async fn a_cloud_without_load_balancers_or_routes_exports_no_such_keys() {
     let c = cloud("");
-    let yaml = serde_yaml::to_string(&c.handle().cloud_config()).unwrap();
+    let yaml = serde_saphyr::to_string(&c.handle().cloud_config()).unwrap();
     assert!(!yaml.contains("loadBalancers"), "{yaml}");
     assert!(!yaml.contains("routes"), "{yaml}");
     assert_eq!(
