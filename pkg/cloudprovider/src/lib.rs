@@ -113,6 +113,7 @@
 //! ```
 
 pub mod cloud;
+pub mod cloud_config_yaml;
 pub mod clusters;
 pub mod controller;
 pub mod dry_run;

@@ -363,7 +363,7 @@ impl DoConfig {
     ) -> Result<Self, ConfigError> {
         let file: FileConfig = match file {
             Some(bytes) if !bytes.iter().all(u8::is_ascii_whitespace) => {
-                parse_yaml(bytes).map_err(ConfigError::Parse)?
+                cloud_provider::cloud_config_yaml::parse(bytes).map_err(ConfigError::Parse)?
             }
             _ => FileConfig::default(),
         };
@@ -450,67 +450,6 @@ impl DoConfig {
     pub fn from_env_and_file(file: Option<&[u8]>) -> Result<Self, ConfigError> {
         Self::from_sources(file, |name| std::env::var(name).ok())
     }
-}
-
-/// Deserializes the one-document YAML cloud-config. The error is one line: the path of the field (none at
-/// the top level), then the parser's message and position, e.g. ``maxRetries: invalid u32 at line 2,
-/// column 13``. The file itself is never quoted (no source snippet), so the token next to a mistake stays
-/// out of logs. As in YAML 1.2, `yes`/`on`/... are not booleans, and `<<` is an ordinary key (no merge),
-/// hence an unknown field.
-fn parse_yaml<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let options = serde_saphyr::options! {
-        with_snippet: false,
-        strict_booleans: true,
-        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
-    };
-    let mut path = None;
-    serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |de| {
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            path = Some(e.path().clone());
-            e.into_inner()
-        })
-    })
-    .map_err(|e| {
-        let message = e.render_with_formatter(&serde_saphyr::UserMessageFormatter);
-        match path.map(|path| field_path(&path, &e)) {
-            Some(path) if !path.is_empty() => format!("{path}: {message}"),
-            _ => message,
-        }
-    })
-}
-
-/// `a.b[1]`: where the parser stopped, without a trailing key it could not read (a duplicate) or the
-/// unknown field the message names.
-fn field_path(path: &serde_path_to_error::Path, error: &serde_saphyr::Error) -> String {
-    use serde_path_to_error::Segment;
-    let mut segments: Vec<&Segment> = path.iter().collect();
-    while matches!(segments.last(), Some(Segment::Unknown)) {
-        segments.pop();
-    }
-    if let serde_saphyr::Error::SerdeUnknownField { field, .. } = error.without_snippet()
-        && matches!(segments.last(), Some(Segment::Map { key }) if key == field)
-    {
-        segments.pop();
-    }
-    let mut text = String::new();
-    for segment in segments {
-        match segment {
-            Segment::Seq { index } => text.push_str(&format!("[{index}]")),
-            Segment::Map { key: name } | Segment::Enum { variant: name } => {
-                if !text.is_empty() {
-                    text.push('.');
-                }
-                text.push_str(name);
-            }
-            Segment::Unknown => {
-                if !text.is_empty() {
-                    text.push('.');
-                }
-                text.push('?');
-            }
-        }
-    }
-    text
 }
 
 /// Parses a base URL, adding the trailing slash relative paths need.
