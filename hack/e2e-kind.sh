@@ -50,7 +50,7 @@ kind create cluster --name "$cluster" --config hack/kind-config.yaml --kubeconfi
 kind load docker-image "$image" --name "$cluster"
 
 echo "--- deploying the cloud-controller-manager"
-kubectl apply -f deploy/rbac.yaml -f deploy/fake-cloud-config.yaml -f deploy/deployment.yaml
+kubectl apply -f deploy/base/rbac.yaml -f deploy/fake-cloud-config.yaml -f deploy/deployment.yaml
 kubectl -n kube-system rollout status deployment/cloud-controller-manager --timeout=180s
 
 echo "--- forwarding the fake cloud's admin API of the leading replica"
