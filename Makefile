@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test test-realkube test-upstream realkube upstream demo e2e e2e-kind bench fmt fmt-check lint clean
+.PHONY: help build test test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -15,9 +15,10 @@ help: ## List the targets.
 build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
-test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes and upstream suites.
+test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes suites, the manifests and the upstream suites.
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 	$(MAKE) --no-print-directory test-realkube
+	$(MAKE) --no-print-directory verify-manifests
 	$(MAKE) --no-print-directory test-upstream
 
 test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
@@ -25,6 +26,11 @@ test-realkube: ## The conformance and end-to-end suites against a real kube-apis
 
 test-upstream: ## The differential suite: the same scenarios with upstream's CCM (hack/upstream) and ours on a real kube-apiserver.
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/upstream/test.sh
+
+# In make test it runs after test-realkube: without a kubectl on PATH the script uses the one hack/realkube
+# builds, and it dry-runs every overlay on a control plane of its own when that is built.
+verify-manifests: ## Render every kustomize overlay of deploy/ and check it: parsing, kinds per mode, flags, RBAC equal to deploy/base/rbac.yaml.
+	hack/verify-manifests.sh
 
 upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a fake cloud, cloud-provider-aws's CCM) from Go modules.
 	hack/upstream/build.sh

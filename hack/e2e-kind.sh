@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite (test/e2e, "existing nodes" mode) against a kind cluster whose
 # kubelets and kube-controller-manager use --cloud-provider=external, with the CCM deployed
-# from deploy/ using the fake provider.
+# from the kustomize overlay deploy/overlays/kind (the fake provider, two replicas).
 #
 #   hack/e2e-kind.sh            create the cluster, deploy, test, collect logs, delete the cluster
 #   KEEP_CLUSTER=1 hack/e2e-kind.sh   keep the cluster afterwards
 #
-# Needs docker (with a running engine), kind and kubectl.
+# Needs docker (with a running engine), kind and kubectl (1.27 or newer, for kustomize v5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,7 +50,7 @@ kind create cluster --name "$cluster" --config hack/kind-config.yaml --kubeconfi
 kind load docker-image "$image" --name "$cluster"
 
 echo "--- deploying the cloud-controller-manager"
-kubectl apply -f deploy/rbac.yaml -f deploy/fake-cloud-config.yaml -f deploy/deployment.yaml
+kubectl apply -k deploy/overlays/kind
 kubectl -n kube-system rollout status deployment/cloud-controller-manager --timeout=180s
 
 echo "--- forwarding the fake cloud's admin API of the leading replica"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo REAL=1`: the demo (hack/demo) on a real control plane built from the Kubernetes modules
-# (hack/realkube) instead of the in-memory API server. The CCM runs as the ServiceAccount of deploy/rbac.yaml.
+# (hack/realkube) instead of the in-memory API server. The CCM runs as the ServiceAccount of deploy/base/rbac.yaml.
 #
 #   KEEP=1 make demo REAL=1     leave the control plane running afterwards, to look around with kubectl
 set -euo pipefail
@@ -11,7 +11,7 @@ dir="$root/target/realkube/demo"
 
 realkube="$(hack/realkube/build.sh | tail -n 1)"
 kubectl="$(dirname "$realkube")/kubectl"
-"$realkube" up --dir "$dir" --manifest deploy/rbac.yaml --service-account kube-system/cloud-controller-manager
+"$realkube" up --dir "$dir" --manifest deploy/base/rbac.yaml --service-account kube-system/cloud-controller-manager
 if [ "${KEEP:-0}" != 1 ]; then
   trap '"$realkube" down --dir "$dir"' EXIT
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The suites that run against a real Kubernetes control plane (hack/realkube): the API server's conformance
 # suite (test/apiserver/tests/conformance.rs, unchanged) and the end-to-end suite (test/e2e) with the CCM
-# running as the ServiceAccount of deploy/rbac.yaml under the shipped RBAC, leader failover included; then
+# running as the ServiceAccount of deploy/base/rbac.yaml under the shipped RBAC, leader failover included; then
 # the end-to-end suite again under the RBAC upstream publishes for its CCM (test/e2e/upstream-rbac.yaml).
 #
 #   hack/realkube/test.sh          build (cached), start, test, stop
@@ -33,7 +33,7 @@ stop() {
 trap stop EXIT
 
 "$realkube" up --dir "$dir" \
-  --manifest deploy/rbac.yaml \
+  --manifest deploy/base/rbac.yaml \
   --service-account kube-system/cloud-controller-manager
 
 echo "--- realkube: the API server's conformance suite"

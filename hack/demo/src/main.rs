@@ -140,7 +140,7 @@ async fn run() -> anyhow::Result<bool> {
     let started = Instant::now();
     println!("Starting the API server and the cloud-controller-manager (fake cloud provider)...");
     // `make demo REAL=1` runs on hack/realkube's control plane: the admin's kubeconfig and the CCM's
-    // (the ServiceAccount of deploy/rbac.yaml); by default the in-memory API server.
+    // (the ServiceAccount of deploy/base/rbac.yaml); by default the in-memory API server.
     let real = |name: &str| {
         std::env::var_os(name)
             .filter(|v| !v.is_empty())

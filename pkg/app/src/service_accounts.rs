@@ -13,10 +13,10 @@
 //! current one's lifetime has passed and retries with backoff when that fails, so a running controller never
 //! sends an expired token while the API server answers.
 //!
-//! The ServiceAccounts must exist (`deploy/rbac-service-account-credentials.yaml` creates them with the
-//! roles they need); the daemon does not create them, and a missing one stops the start-up with an error
-//! naming it. Tokens are secrets: they are never logged, their header values are marked sensitive and the
-//! `Debug` output of the types holding them is redacted.
+//! The ServiceAccounts must exist (`deploy/components/service-account-credentials/rbac.yaml` creates
+//! them with the roles they need); the daemon does not create them, and a missing one stops the start-up
+//! with an error naming it. Tokens are secrets: they are never logged, their header values are marked
+//! sensitive and the `Debug` output of the types holding them is redacted.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -184,8 +184,8 @@ impl TokenRequestIssuer {
             kube::Error::Api(status) => {
                 let hint = match status.code {
                     404 => {
-                        " (the ServiceAccount must exist: deploy/rbac-service-account-credentials.yaml \
-                         creates them)"
+                        " (the ServiceAccount must exist: \
+                         deploy/components/service-account-credentials/rbac.yaml creates them)"
                     }
                     401 | 403 => {
                         " (the daemon's own credentials need `create` on serviceaccounts/token for this \

@@ -167,7 +167,7 @@ async fn a_missing_service_account_is_named() {
         err.to_string(),
         "cannot get a token for ServiceAccount kube-system/pvl-controller: 404 NotFound: \
          serviceaccounts \"pvl-controller\" not found (the ServiceAccount must exist: \
-         deploy/rbac-service-account-credentials.yaml creates them)"
+         deploy/components/service-account-credentials/rbac.yaml creates them)"
     );
 }
 
@@ -209,7 +209,7 @@ fn strings(value: &serde_json::Value) -> Vec<String> {
 fn the_optional_rbac_manifest_matches_the_controllers() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/rbac-service-account-credentials.yaml"
+        "/../../deploy/components/service-account-credentials/rbac.yaml"
     );
     let text = std::fs::read_to_string(path).unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();

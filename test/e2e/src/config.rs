@@ -6,9 +6,9 @@
 //! | `E2E_MODE`          | `simulated` (create Nodes the way kubelets do) or `existing` (use the cluster's nodes) |
 //! | `E2E_FAKE_ADMIN`    | base URL of the fake cloud's admin API (required with `E2E_KUBECONFIG`)          |
 //! | `E2E_CCM_NAMESPACE` | namespace of the CCM's Lease and pods (default `kube-system`)                    |
-//! | `E2E_CCM_KUBECONFIG`| with `E2E_KUBECONFIG`: the harness runs the CCM replicas itself, as separate processes authenticating with this kubeconfig (e.g. `hack/realkube`'s ServiceAccount of `deploy/rbac.yaml`) |
+//! | `E2E_CCM_KUBECONFIG`| with `E2E_KUBECONFIG`: the harness runs the CCM replicas itself, as separate processes authenticating with this kubeconfig (e.g. `hack/realkube`'s ServiceAccount of `deploy/base/rbac.yaml`) |
 //! | `E2E_AUDIT_LOG`     | the target API server's audit log (JSON lines), for the RBAC and client-identity checks |
-//! | `E2E_RBAC_MANIFEST` | the RBAC manifest the CCM's ServiceAccount is bound by (default `deploy/rbac.yaml`) |
+//! | `E2E_RBAC_MANIFEST` | the RBAC manifest the CCM's ServiceAccount is bound by (default `deploy/base/rbac.yaml`) |
 //! | `E2E_RBAC_EXACT`    | `false`: that manifest may grant more than the CCM uses (someone else's role); default `true` |
 //! | `E2E_CCM_ARGS`      | extra flags for the CCM replicas the harness runs, separated by spaces |
 //!
@@ -66,7 +66,7 @@ pub struct HarnessConfig {
     pub ccm_kubeconfig: Option<PathBuf>,
     /// The target API server's audit log.
     pub audit_log: Option<PathBuf>,
-    /// The RBAC manifest the CCM's ServiceAccount is bound by; `None`: `deploy/rbac.yaml`.
+    /// The RBAC manifest the CCM's ServiceAccount is bound by; `None`: `deploy/base/rbac.yaml`.
     pub rbac_manifest: Option<PathBuf>,
     /// Whether that manifest must grant exactly what the CCM uses (false: at least).
     pub rbac_exact: bool,

@@ -23,7 +23,7 @@ use crate::kubelet::KubeletFleet;
 use crate::rbac::ApiRequest;
 use crate::wait::{Check, wait_for};
 
-/// The CCM's ServiceAccount (as in `deploy/rbac.yaml`).
+/// The CCM's ServiceAccount (as in `deploy/base/rbac.yaml`).
 pub const CCM_SERVICE_ACCOUNT: &str = "cloud-controller-manager";
 /// The user the local API server knows the CCM's token as.
 pub const CCM_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
@@ -133,7 +133,7 @@ pub enum LocalApi {
     InProcess(TestApiServer),
     /// A running cluster (such as `hack/realkube`'s): the CCM authenticates with its own kubeconfig.
     External {
-        /// The CCM's kubeconfig (the ServiceAccount of `deploy/rbac.yaml`).
+        /// The CCM's kubeconfig (the ServiceAccount of `deploy/base/rbac.yaml`).
         ccm_kubeconfig: PathBuf,
         /// The API server's audit log (JSON lines), the record of the CCM's requests.
         audit_log: Option<PathBuf>,

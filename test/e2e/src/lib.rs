@@ -10,7 +10,7 @@
 //! - [`kubelet`]: simulated kubelets (tainted Nodes with addresses and pod CIDRs, kept Ready).
 //! - [`admin`]: a client of the fake cloud's admin API.
 //! - [`ccm`]: CCM processes (spawn, kill, logs, leader status).
-//! - [`rbac`]: the RBAC-honesty comparison of `deploy/rbac.yaml` with recorded requests.
+//! - [`rbac`]: the RBAC-honesty comparison of `deploy/base/rbac.yaml` with recorded requests.
 //! - [`differential`]: the same scenario against upstream's CCM and ours, and the comparison.
 //! - [`audit`]: a real API server's audit log, the record of requests when the target is not in-process.
 //! - [`wait`]: bounded waits with clear failure messages.

@@ -1,4 +1,4 @@
-//! RBAC honesty: compare the permissions a manifest (`deploy/rbac.yaml`) grants the CCM's ServiceAccount
+//! RBAC honesty: compare the permissions a manifest (`deploy/base/rbac.yaml`) grants the CCM's ServiceAccount
 //! with the requests the CCM really made.
 //!
 //! The check fails both ways: a request no bound rule allows is *missing*, and a (verb, group, resource)
@@ -180,7 +180,7 @@ impl RbacManifest {
         namespace: &str,
         service_account: &str,
     ) -> Result<RbacManifest, HarnessError> {
-        let bad = |message: String| HarnessError::Rbac(format!("deploy/rbac.yaml: {message}"));
+        let bad = |message: String| HarnessError::Rbac(format!("deploy/base/rbac.yaml: {message}"));
         let mut cluster_roles = Vec::new();
         let mut roles = Vec::new();
         let mut cluster_bindings = Vec::new();
@@ -575,7 +575,7 @@ subjects: [{kind: ServiceAccount, name: ccm, namespace: kube-system}]
 
     #[test]
     fn the_project_manifest_parses() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/rbac.yaml");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/base/rbac.yaml");
         let yaml = std::fs::read_to_string(path).unwrap();
         let manifest =
             RbacManifest::parse(&yaml, "kube-system", "cloud-controller-manager").unwrap();

@@ -1002,6 +1002,7 @@ fn rbac_honesty(s: &Suite) -> anyhow::Result<()> {
     let path = config.rbac_manifest.clone().unwrap_or_else(|| {
         ccm_e2e::ccm::workspace_root()
             .join("deploy")
+            .join("base")
             .join("rbac.yaml")
     });
     let yaml =
@@ -1246,7 +1247,7 @@ async fn end_to_end() {
     if s.h.local().is_some() {
         report
             .case(
-                "RBAC honesty: the CCM's role grants what was used (deploy/rbac.yaml: exactly)",
+                "RBAC honesty: the CCM's role grants what was used (deploy/base/rbac.yaml: exactly)",
                 async { rbac_honesty(&s) },
             )
             .await;
