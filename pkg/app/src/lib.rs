@@ -127,6 +127,25 @@ where
     }
 }
 
+/// A dry run with explicit arguments (the program name first; `--dry-run` is implied): the report, or why
+/// the arguments or the dry run failed. For a provider's tests, which run it against their own cloud.
+pub async fn dry_run_with_args<I, T>(
+    registry: cloud_provider::Registry,
+    args: I,
+) -> Result<dry_run::DryRunReport, String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    args.push("--dry-run".into());
+    let options = <Options as clap::Parser>::try_parse_from(&args).map_err(|e| e.to_string())?;
+    let config = validate(&options, &registry.names()).map_err(|e| e.to_string())?;
+    app::run_dry_run(config, registry)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// `--dry-run`: prints the report on stdout and exits with its code (1 when the dry run could not run).
 async fn dry_run_main(
     config: AppConfig,

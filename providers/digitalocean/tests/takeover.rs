@@ -961,11 +961,8 @@ async fn dry_run(
         "--cloud-provider=digitalocean".to_string(),
         format!("--kubeconfig={}", apiserver.kubeconfig_path().display()),
         "--controllers=service-lb-controller,firewall-controller".to_string(),
-        "--dry-run".to_string(),
     ];
-    let options = <ccm_app::Options as clap::Parser>::try_parse_from(args).unwrap();
-    let config = ccm_app::validate(&options, &registry.names()).unwrap();
-    ccm_app::app::run_dry_run(config, registry).await.unwrap()
+    ccm_app::dry_run_with_args(registry, args).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

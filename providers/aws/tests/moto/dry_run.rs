@@ -37,11 +37,8 @@ async fn dry_run(server: &TestApiServer, world: &World) -> ccm_app::dry_run::Dry
         "--cloud-provider=aws".to_string(),
         format!("--kubeconfig={}", server.kubeconfig_path().display()),
         "--controllers=service-lb-controller".to_string(),
-        "--dry-run".to_string(),
     ];
-    let options = <ccm_app::Options as clap::Parser>::try_parse_from(args).unwrap();
-    let config = ccm_app::validate(&options, &registry.names()).unwrap();
-    ccm_app::app::run_dry_run(config, registry).await.unwrap()
+    ccm_app::dry_run_with_args(registry, args).await.unwrap()
 }
 
 #[tokio::test]
