@@ -517,7 +517,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!((x.verb, x.def.kind), ("get", "ConfigMap"));
-        assert_eq!(r(Method::GET, "/api/v1/pods", "").err().unwrap().code, 404);
+        let x = r(
+            Method::GET,
+            "/api/v1/pods",
+            "fieldSelector=spec.nodeName%3Da",
+        )
+        .unwrap();
+        assert_eq!((x.verb, x.def.plural, x.namespace), ("list", "pods", None));
+        assert_eq!(
+            r(Method::GET, "/api/v1/deployments", "")
+                .err()
+                .unwrap()
+                .code,
+            404
+        );
         assert_eq!(
             r(Method::GET, "/api/v1/nodes/a/proxy", "")
                 .err()

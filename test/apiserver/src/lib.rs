@@ -35,6 +35,7 @@ mod events;
 mod http;
 mod object;
 pub mod patch;
+mod pod;
 mod resources;
 mod rng;
 mod selector;

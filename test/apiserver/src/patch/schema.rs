@@ -41,6 +41,59 @@ const SERVICE_RULES: &[ListRule] = &[
     (&["status", "loadBalancer", "ingress"], ListStrategy::Atomic),
 ];
 
+const POD_RULES: &[ListRule] = &[
+    (&["spec", "volumes"], ListStrategy::MergeByKey("name")),
+    (
+        &["spec", "initContainers"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["spec", "containers"], ListStrategy::MergeByKey("name")),
+    (
+        &["spec", "ephemeralContainers"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "initContainers", "ports"],
+        ListStrategy::MergeByKey("containerPort"),
+    ),
+    (
+        &["spec", "containers", "ports"],
+        ListStrategy::MergeByKey("containerPort"),
+    ),
+    (
+        &["spec", "initContainers", "env"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "containers", "env"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "initContainers", "volumeMounts"],
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        &["spec", "containers", "volumeMounts"],
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        &["spec", "imagePullSecrets"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["spec", "hostAliases"], ListStrategy::MergeByKey("ip")),
+    (
+        &["spec", "schedulingGates"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "resourceClaims"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["status", "conditions"], ListStrategy::MergeByKey("type")),
+    (&["status", "podIPs"], ListStrategy::MergeByKey("ip")),
+    (&["status", "hostIPs"], ListStrategy::MergeByKey("ip")),
+];
+
 const NAMESPACE_RULES: &[ListRule] =
     &[(&["status", "conditions"], ListStrategy::MergeByKey("type"))];
 
@@ -58,6 +111,7 @@ impl Schema {
             "nodes" => NODE_RULES,
             "services" => SERVICE_RULES,
             "namespaces" => NAMESPACE_RULES,
+            "pods" => POD_RULES,
             _ => &[],
         };
         Schema { rules }
