@@ -682,6 +682,37 @@ pub(crate) fn decode_check(def: &ResourceDef, v: &Value) -> Result<(), String> {
     r.map_err(|e| format!("{prefix}{e}"))
 }
 
+/// `v` decoded into the API type of `def` and encoded again: what the real server keeps of a request
+/// object. `None` when it does not decode (decoding and validation report why).
+pub(crate) fn round_trip(def: &ResourceDef, v: &Value) -> Option<Value> {
+    use k8s_openapi::api;
+    fn through<T: DeserializeOwned + serde::Serialize>(v: &Value) -> Option<Value> {
+        T::deserialize(v)
+            .ok()
+            .and_then(|t| serde_json::to_value(t).ok())
+    }
+    match (def.backing, def.is_events_v1()) {
+        (Backing::Stored(Storage::Nodes), _) => through::<api::core::v1::Node>(v),
+        (Backing::Stored(Storage::Services), _) => through::<api::core::v1::Service>(v),
+        (Backing::Stored(Storage::PersistentVolumes), _) => {
+            through::<api::core::v1::PersistentVolume>(v)
+        }
+        (Backing::Stored(Storage::Namespaces), _) => through::<api::core::v1::Namespace>(v),
+        (Backing::Stored(Storage::Events), true) => through::<api::events::v1::Event>(v),
+        (Backing::Stored(Storage::Events), false) => through::<api::core::v1::Event>(v),
+        (Backing::Stored(Storage::Leases), _) => through::<api::coordination::v1::Lease>(v),
+        (Backing::Stored(Storage::ServiceAccounts), _) => {
+            through::<api::core::v1::ServiceAccount>(v)
+        }
+        (Backing::Stored(Storage::ConfigMaps), _) => through::<api::core::v1::ConfigMap>(v),
+        (Backing::Stored(Storage::Pods), _) => through::<api::core::v1::Pod>(v),
+        (Backing::TokenReview, _) => through::<api::authentication::v1::TokenReview>(v),
+        (Backing::SubjectAccessReview, _) => {
+            through::<api::authorization::v1::SubjectAccessReview>(v)
+        }
+    }
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

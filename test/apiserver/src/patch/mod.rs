@@ -25,6 +25,8 @@ mod tests;
 
 use serde_json::Value;
 
+pub(crate) use schema::merged_lists;
+
 /// The deepest nesting (objects and arrays counted as one level each) accepted in an original object, a patch or
 /// a patch result.
 pub const MAX_DEPTH: usize = 256;

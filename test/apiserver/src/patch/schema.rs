@@ -127,6 +127,22 @@ impl Schema {
     }
 }
 
+/// A list field of `resource` that a strategic merge patch merges rather than replaces: its path of member
+/// names from the object root and its merge key (`None` for a set of scalars). This is what the OpenAPI
+/// documents publish as `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key`.
+pub(crate) fn merged_lists(
+    resource: &str,
+) -> impl Iterator<Item = (&'static [&'static str], Option<&'static str>)> {
+    METADATA_RULES
+        .iter()
+        .chain(Schema::for_resource(resource).rules)
+        .filter_map(|(path, strategy)| match strategy {
+            ListStrategy::Atomic => None,
+            ListStrategy::MergeByKey(key) => Some((*path, Some(*key))),
+            ListStrategy::PrimitiveSet => Some((*path, None)),
+        })
+}
+
 /// The member names leading from the object root to a field, as a chain of borrowed frames so that descending
 /// one level costs no allocation. Elements of lists do not add a segment.
 #[derive(Debug, Clone, Copy)]
