@@ -44,7 +44,7 @@ TEST_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl"
 
 echo "--- realkube: the end-to-end suite (the CCM as the deploy/ ServiceAccount)"
 # shellcheck disable=SC2086
-E2E_KUBECONFIG="$dir/admin.kubeconfig" \
+E2E_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
   "$cargo" test --workspace $features --locked --test e2e -- --nocapture
@@ -59,7 +59,7 @@ E2E_AUDIT_LOG="$dir/audit.log" \
 
 echo "--- realkube: the end-to-end suite under upstream's published CCM role"
 # shellcheck disable=SC2086
-E2E_KUBECONFIG="$dir/admin.kubeconfig" \
+E2E_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
 E2E_RBAC_MANIFEST="$root/test/e2e/upstream-rbac.yaml" \
