@@ -69,9 +69,19 @@ pub(crate) struct ApiRequest<'a> {
 impl ApiRequest<'_> {
     /// Applies the request's `fieldValidation` to an object of `def` (with kind and apiVersion):
     /// unknown fields fail the request (`Strict`) or are dropped from `v`, with warnings (`Warn`).
-    fn validate_fields(&self, def: &ResourceDef, v: &mut Value) -> Result<(), ApiError> {
-        let directive = FieldValidation::parse(self.query.get("fieldValidation"))?;
-        let warnings = fields::check(def, directive, v)?;
+    fn validate_fields(
+        &self,
+        def: &ResourceDef,
+        origin: fields::Origin,
+        v: &mut Value,
+    ) -> Result<(), ApiError> {
+        let options = match (origin, self.name.is_some()) {
+            (fields::Origin::Patch, _) => "PatchOptions",
+            (fields::Origin::Body, true) => "UpdateOptions",
+            (fields::Origin::Body, false) => "CreateOptions",
+        };
+        let directive = FieldValidation::parse(self.query.get("fieldValidation"), options)?;
+        let warnings = fields::check(def, directive, origin, v)?;
         *self.warnings.lock() = warnings;
         Ok(())
     }
@@ -776,7 +786,7 @@ pub(crate) fn create(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    req.validate_fields(def, &mut v)?;
+    req.validate_fields(def, fields::Origin::Body, &mut v)?;
     let v = to_storage(def, v);
     let created = do_create(state, def, req.ns(), v, req.dry_run())?;
     Ok(reply_created(def, created, 201))
@@ -1110,7 +1120,7 @@ pub(crate) fn update(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
     let def = req.def;
     let s = storage_of(def)?;
     let mut body = decode_body(def, &req.body)?;
-    req.validate_fields(def, &mut body)?;
+    req.validate_fields(def, fields::Origin::Body, &mut body)?;
     let body_name = object::name(&body).to_string();
     if body_name != req.name() {
         return Err(ApiError::bad_request(format!(
@@ -1199,7 +1209,7 @@ pub(crate) fn patch(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiErr
             m.insert("apiVersion".into(), json!(def.api_version()));
         }
         strategy::decode_check(def, &patched).map_err(ApiError::bad_request)?;
-        req.validate_fields(def, &mut patched)?;
+        req.validate_fields(def, fields::Origin::Patch, &mut patched)?;
         let requested = object::str_at(&patched, &["metadata", "resourceVersion"]);
         rv_precondition(def, req.name(), requested, cur)?;
         Ok(to_storage(def, patched))

@@ -1,7 +1,8 @@
 //! Server-side field validation (the `fieldValidation` query parameter of create, update and patch):
-//! the fields of a request object that its API type does not know. `Strict` refuses the request (400,
-//! `strict decoding error: unknown field "spec.foo"`), `Warn` drops them with one `Warning` header
-//! each, `Ignore` drops them silently, as the real server does. kubectl sends `Strict` when it
+//! the fields of a request object that its API type does not know. `Strict` refuses the request
+//! (`strict decoding error: unknown field "spec.foo"`: 400 for a create or update body, 422 naming the
+//! patched object for a patch), `Warn` drops them with one `Warning` header each, `Ignore` drops them
+//! silently, as the real server does. kubectl sends `Strict` when it
 //! validates (its default) and leaves the checking to the server, having read in the OpenAPI documents
 //! that the server supports the parameter.
 //!
@@ -10,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::error::{ApiError, quote};
+use crate::error::{ApiError, FieldError, quote};
 use crate::resources::ResourceDef;
 use crate::strategy;
 
@@ -25,17 +26,22 @@ pub(crate) enum FieldValidation {
 }
 
 impl FieldValidation {
-    /// Parses the parameter; an unknown value is a 400, as upstream.
-    pub(crate) fn parse(value: Option<&str>) -> Result<Self, ApiError> {
+    /// Parses the parameter of a request whose options are `options` (`CreateOptions`,
+    /// `UpdateOptions`, `PatchOptions`); an unknown value is a 422 on those options, as upstream.
+    pub(crate) fn parse(value: Option<&str>, options: &str) -> Result<Self, ApiError> {
         match value.unwrap_or("") {
             "" => Ok(FieldValidation::Unset),
             "Ignore" => Ok(FieldValidation::Ignore),
             "Warn" => Ok(FieldValidation::Warn),
             "Strict" => Ok(FieldValidation::Strict),
-            other => Err(ApiError::bad_request(format!(
-                "fieldValidation parameter unsupported: {}",
-                quote(other)
-            ))),
+            other => Err(ApiError::invalid_options(
+                options,
+                &[FieldError::not_supported(
+                    "fieldValidation",
+                    other,
+                    &["", "Ignore", "Strict", "Warn"],
+                )],
+            )),
         }
     }
 }
@@ -110,12 +116,45 @@ fn remove(v: &mut Value, path: &[Step]) {
     }
 }
 
+/// Where the checked object comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The body of a create or update.
+    Body,
+    /// The result of applying a patch.
+    Patch,
+}
+
+/// The `Strict` refusal of unknown fields.
+fn strict_error(def: &ResourceDef, origin: Origin, v: &Value, names: &[String]) -> ApiError {
+    let detail = format!("strict decoding error: {}", names.join(", "));
+    match origin {
+        Origin::Body => ApiError::bad_request(format!(
+            "{} in version {} cannot be handled as a {}: {detail}",
+            def.kind,
+            quote(def.version),
+            def.kind
+        )),
+        Origin::Patch => {
+            let object = serde_json::to_string(v).unwrap_or_default();
+            ApiError::invalid_named(
+                "",
+                "",
+                "",
+                "",
+                &[FieldError::invalid_str("patch", &object, detail)],
+            )
+        }
+    }
+}
+
 /// Applies the directive to a request object of `def` (with kind and apiVersion): with `Strict`,
-/// unknown fields are a 400; with `Warn` and `Ignore` they are removed from `v`. Returns the warnings
-/// to send.
+/// unknown fields fail the request; with `Warn` and `Ignore` they are removed from `v`. Returns the
+/// warnings to send.
 pub(crate) fn check(
     def: &ResourceDef,
     directive: FieldValidation,
+    origin: Origin,
     v: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
     if directive == FieldValidation::Unset {
@@ -134,13 +173,7 @@ pub(crate) fn check(
         .map(|p| format!("unknown field {}", quote(&display(p))))
         .collect();
     match directive {
-        FieldValidation::Strict => Err(ApiError::bad_request(format!(
-            "{} in version {} cannot be handled as a {}: strict decoding error: {}",
-            def.kind,
-            quote(def.version),
-            def.kind,
-            names.join(", ")
-        ))),
+        FieldValidation::Strict => Err(strict_error(def, origin, v, &names)),
         FieldValidation::Warn | FieldValidation::Ignore => {
             for p in unknown.iter().rev() {
                 remove(v, p);
@@ -171,7 +204,7 @@ mod tests {
     #[test]
     fn strict_names_every_unknown_field() {
         let nodes = find("", "v1", "nodes").unwrap();
-        let err = check(nodes, FieldValidation::Strict, &mut node()).unwrap_err();
+        let err = check(nodes, FieldValidation::Strict, Origin::Body, &mut node()).unwrap_err();
         assert_eq!(err.code, 400);
         assert_eq!(
             err.message,
@@ -180,29 +213,51 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_result_is_invalid() {
+        let nodes = find("", "v1", "nodes").unwrap();
+        let err = check(nodes, FieldValidation::Strict, Origin::Patch, &mut node()).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert!(
+            err.message
+                .starts_with(r#" "" is invalid: patch: Invalid value: "{"#),
+            "{}",
+            err.message
+        );
+        assert!(err.message.ends_with(r#"strict decoding error: unknown field "metadata.bogus", unknown field "spec.taints[0].extra", unknown field "foo""#));
+        let details = err.details.unwrap();
+        assert_eq!(details["causes"][0]["field"], "patch");
+        assert!(details.get("kind").is_none());
+    }
+
+    #[test]
     fn warn_and_ignore_drop_them() {
         let nodes = find("", "v1", "nodes").unwrap();
         let mut v = node();
-        let warnings = check(nodes, FieldValidation::Warn, &mut v).unwrap();
+        let warnings = check(nodes, FieldValidation::Warn, Origin::Body, &mut v).unwrap();
         assert_eq!(warnings.len(), 3);
         assert!(v.get("foo").is_none());
         assert!(v["spec"]["taints"][0].get("extra").is_none());
         assert_eq!(v["status"]["capacity"]["cpu"], "2");
         let mut v = node();
         assert!(
-            check(nodes, FieldValidation::Ignore, &mut v)
+            check(nodes, FieldValidation::Ignore, Origin::Body, &mut v)
                 .unwrap()
                 .is_empty()
         );
         assert!(v["metadata"].get("bogus").is_none());
         let mut v = node();
         assert!(
-            check(nodes, FieldValidation::Unset, &mut v)
+            check(nodes, FieldValidation::Unset, Origin::Body, &mut v)
                 .unwrap()
                 .is_empty()
         );
         assert_eq!(v, node());
-        assert_eq!(FieldValidation::parse(Some("Loud")).unwrap_err().code, 400);
+        let err = FieldValidation::parse(Some("Loud"), "CreateOptions").unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(
+            err.message,
+            r#"CreateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn""#
+        );
     }
 
     #[test]
@@ -212,7 +267,7 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
                      "resources": {"limits": {"cpu": "1"}}}], "nodeName": "a"}});
         assert!(
-            check(pods, FieldValidation::Strict, &mut v)
+            check(pods, FieldValidation::Strict, Origin::Body, &mut v)
                 .unwrap()
                 .is_empty()
         );
