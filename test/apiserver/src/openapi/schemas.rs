@@ -177,7 +177,7 @@ impl Definitions {
             }
         }
         for (name, plural) in &self.patched {
-            for (path, key) in crate::patch::merged_lists(plural) {
+            for (path, key) in crate::patch::schema::merged_lists(plural) {
                 mark_merged_list(&mut all, name, path, key);
             }
         }

@@ -16,7 +16,7 @@
 
 mod json_patch;
 mod merge_patch;
-mod schema;
+pub(crate) mod schema;
 mod strategic;
 mod value;
 
@@ -24,8 +24,6 @@ mod value;
 mod tests;
 
 use serde_json::Value;
-
-pub(crate) use schema::merged_lists;
 
 /// The deepest nesting (objects and arrays counted as one level each) accepted in an original object, a patch or
 /// a patch result.
