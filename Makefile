@@ -16,6 +16,8 @@ build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
 test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes suites, the manifests and the upstream suites.
+	@# The kubectl tests run the kubectl on PATH, else the one hack/realkube builds beside the control plane.
+	hack/realkube/build.sh >/dev/null
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 	$(MAKE) --no-print-directory test-realkube
 	$(MAKE) --no-print-directory verify-manifests
@@ -38,7 +40,7 @@ upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a f
 realkube: ## Build the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from Go modules.
 	hack/realkube/build.sh
 
-demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated (REAL=1: on a real kube-apiserver).
+demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated (REAL=1: on a real kube-apiserver; KEEP=1: keep the cluster running for kubectl).
 	$(CARGO) build --locked -p cloud-controller-manager -p ccm-demo
 ifeq ($(REAL),1)
 	CARGO="$(CARGO)" hack/realkube/demo.sh

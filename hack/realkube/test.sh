@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The suites that run against a real Kubernetes control plane (hack/realkube): the API server's conformance
-# suite (test/apiserver/tests/conformance.rs, unchanged) and the end-to-end suite (test/e2e) with the CCM
-# running as the ServiceAccount of deploy/base/rbac.yaml under the shipped RBAC, leader failover included; then
+# suite (test/apiserver/tests/conformance.rs, unchanged) and its kubectl test (tests/kubectl.rs, with the kubectl
+# built beside the control plane), and the end-to-end suite (test/e2e) with the CCM running as the
+# ServiceAccount of deploy/base/rbac.yaml under the shipped RBAC, leader failover included; then
 # the end-to-end suite again under the RBAC upstream publishes for its CCM (test/e2e/upstream-rbac.yaml).
 #
 #   hack/realkube/test.sh          build (cached), start, test, stop
@@ -36,14 +37,14 @@ trap stop EXIT
   --manifest deploy/base/rbac.yaml \
   --service-account kube-system/cloud-controller-manager
 
-echo "--- realkube: the API server's conformance suite"
+echo "--- realkube: the API server's conformance suite, and kubectl (of the same version) against the real server"
 # shellcheck disable=SC2086 # FEATURES is a list of flags
-TEST_KUBECONFIG="$dir/admin.kubeconfig" \
-  "$cargo" test --workspace $features --locked --test conformance
+TEST_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
+  "$cargo" test --workspace $features --locked --test conformance --test kubectl
 
 echo "--- realkube: the end-to-end suite (the CCM as the deploy/ ServiceAccount)"
 # shellcheck disable=SC2086
-E2E_KUBECONFIG="$dir/admin.kubeconfig" \
+E2E_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
   "$cargo" test --workspace $features --locked --test e2e -- --nocapture
@@ -58,7 +59,7 @@ E2E_AUDIT_LOG="$dir/audit.log" \
 
 echo "--- realkube: the end-to-end suite under upstream's published CCM role"
 # shellcheck disable=SC2086
-E2E_KUBECONFIG="$dir/admin.kubeconfig" \
+E2E_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
 E2E_RBAC_MANIFEST="$root/test/e2e/upstream-rbac.yaml" \

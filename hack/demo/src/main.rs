@@ -6,9 +6,12 @@
 //! the state as tables and checks every expected outcome; last, a second process runs with `--dry-run` beside
 //! the CCM and reports every object in sync. Exit code 0 only when all of them happened.
 //!
-//! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`). With `DEMO_KUBECONFIG`
+//! Run it with `make demo` (or `cargo build --all-features && cargo run -p ccm-demo`). It prints the kubeconfig
+//! of the embedded API server, so `kubectl` can look at the cluster while the demo runs; with `KEEP=1` the API
+//! server, the CCM and the simulated kubelets keep running after the demo until Ctrl-C. With `DEMO_KUBECONFIG`
 //! (an admin's kubeconfig) and `DEMO_CCM_KUBECONFIG` (the CCM's) it runs against that cluster instead, as
-//! `make demo REAL=1` does with `hack/realkube`'s real control plane.
+//! `make demo REAL=1` does with `hack/realkube`'s real control plane (which keeps its own cluster with
+//! `KEEP=1`).
 
 mod narrator;
 mod tables;
@@ -54,6 +57,15 @@ const TERMINATED: &str = "node-3";
 const SERVICES: &[(&str, &[i32])] = &[("web", &[80, 443]), ("api", &[8080]), ("dns", &[53])];
 /// Bound on every wait.
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The variable that keeps the embedded cluster running after the demo (`make demo KEEP=1`, the name
+/// `make demo REAL=1` uses for the real control plane).
+const KEEP_VARIABLE: &str = "KEEP";
+
+/// Whether `KEEP=1` asks to keep the cluster running.
+fn keep_requested() -> bool {
+    std::env::var(KEEP_VARIABLE).is_ok_and(|v| v == "1")
+}
 
 /// The expected outcomes, in order, with whether each happened.
 #[derive(Default)]
@@ -175,6 +187,11 @@ async fn run() -> anyhow::Result<bool> {
     if let Some(local) = harness.local() {
         if let Some(server) = local.server() {
             println!("  API server:           {}", server.url());
+            println!(
+                "  kubeconfig:           {}  (kubectl --kubeconfig {} get nodes -o wide)",
+                server.kubeconfig_path().display(),
+                server.kubeconfig_path().display()
+            );
         }
         println!("  fake cloud admin API: http://{}", local.admin_address());
         println!(
@@ -207,7 +224,40 @@ async fn run() -> anyhow::Result<bool> {
         println!("\nThe CCM's log:\n{}", harness.diagnostics());
     }
     println!("\nDone in {:.1}s.", started.elapsed().as_secs_f32());
+    if let Some(server) = harness.local().and_then(|l| l.server()) {
+        if keep_requested() {
+            keep_running(server.kubeconfig_path()).await?;
+        } else {
+            println!(
+                "The API server and the CCM stop now; `make demo {KEEP_VARIABLE}=1` keeps them running to look around with kubectl."
+            );
+        }
+    }
     Ok(ok)
+}
+
+/// `KEEP=1`: says how to point kubectl at the cluster, then keeps the API server, the CCM and the simulated
+/// kubelets running until Ctrl-C (or SIGTERM).
+async fn keep_running(kubeconfig: &std::path::Path) -> anyhow::Result<()> {
+    let path = kubeconfig.display();
+    println!(
+        "\nThe API server, the CCM and the simulated kubelets keep running ({KEEP_VARIABLE}=1). Look around with kubectl:\n  \
+         export KUBECONFIG={path}\n  \
+         kubectl get nodes -o wide\n  \
+         kubectl describe node node-0\n  \
+         kubectl get services -o wide\n  \
+         kubectl describe service web\n  \
+         kubectl get events -A\n\
+         Stop with Ctrl-C."
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("watching SIGTERM")?;
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => signal.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    println!("Stopping the CCM and the API server.");
+    Ok(())
 }
 
 async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::auth::IssuedToken;
 use crate::error::{ApiError, FieldError, quote};
 use crate::events;
+use crate::fields::{self, FieldValidation};
 use crate::object;
 use crate::patch::{self, PatchError, PatchType};
 use crate::resources::{Backing, ResourceDef, Storage, SubresourceDef};
@@ -22,6 +23,7 @@ use crate::server::State;
 use crate::service;
 use crate::store::{ObjKey, Stored, Txn};
 use crate::strategy;
+use crate::table::Representation;
 use crate::validation;
 
 /// Parsed query parameters (the last value of a repeated parameter wins).
@@ -60,9 +62,30 @@ pub(crate) struct ApiRequest<'a> {
     pub query: &'a Query,
     pub content_type: Option<String>,
     pub body: Bytes,
+    /// `Warning` headers for the answer (unknown fields dropped under `fieldValidation=Warn`).
+    pub warnings: parking_lot::Mutex<Vec<String>>,
 }
 
 impl ApiRequest<'_> {
+    /// Applies the request's `fieldValidation` to an object of `def` (with kind and apiVersion):
+    /// unknown fields fail the request (`Strict`) or are dropped from `v`, with warnings (`Warn`).
+    fn validate_fields(
+        &self,
+        def: &ResourceDef,
+        origin: fields::Origin,
+        v: &mut Value,
+    ) -> Result<(), ApiError> {
+        let options = match (origin, self.name.is_some()) {
+            (fields::Origin::Patch, _) => "PatchOptions",
+            (fields::Origin::Body, true) => "UpdateOptions",
+            (fields::Origin::Body, false) => "CreateOptions",
+        };
+        let directive = FieldValidation::parse(self.query.get("fieldValidation"), options)?;
+        let warnings = fields::check(def, directive, origin, v)?;
+        *self.warnings.lock() = warnings;
+        Ok(())
+    }
+
     fn ns(&self) -> &str {
         self.namespace.as_deref().unwrap_or("")
     }
@@ -100,6 +123,8 @@ pub(crate) struct WatchPlan {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Duration,
+    /// How event objects are sent (set by the HTTP layer from the `Accept` header).
+    pub representation: Representation,
 }
 
 /// An API answer.
@@ -618,6 +643,7 @@ pub(crate) fn watch(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiErr
         send_initial_events,
         bookmarks,
         timeout,
+        representation: Representation::Object,
     }))
 }
 
@@ -750,7 +776,7 @@ pub(crate) fn create(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
         }
         Backing::Stored(_) => {}
     }
-    let v = decode_body(def, &req.body)?;
+    let mut v = decode_body(def, &req.body)?;
     if def.namespaced
         && let Some(body_ns) =
             object::str_at(&v, &["metadata", "namespace"]).filter(|n| !n.is_empty())
@@ -760,6 +786,7 @@ pub(crate) fn create(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
+    req.validate_fields(def, fields::Origin::Body, &mut v)?;
     let v = to_storage(def, v);
     let created = do_create(state, def, req.ns(), v, req.dry_run())?;
     Ok(reply_created(def, created, 201))
@@ -1092,7 +1119,8 @@ pub(crate) fn update(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiEr
     check_create_content_type(req)?;
     let def = req.def;
     let s = storage_of(def)?;
-    let body = decode_body(def, &req.body)?;
+    let mut body = decode_body(def, &req.body)?;
+    req.validate_fields(def, fields::Origin::Body, &mut body)?;
     let body_name = object::name(&body).to_string();
     if body_name != req.name() {
         return Err(ApiError::bad_request(format!(
@@ -1175,12 +1203,13 @@ pub(crate) fn patch(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiErr
                 req.name()
             )));
         }
-        let mut check = patched.clone();
-        if let Value::Object(m) = &mut check {
+        let mut patched = patched;
+        if let Value::Object(m) = &mut patched {
             m.insert("kind".into(), json!(def.kind));
             m.insert("apiVersion".into(), json!(def.api_version()));
         }
-        strategy::decode_check(def, &check).map_err(ApiError::bad_request)?;
+        strategy::decode_check(def, &patched).map_err(ApiError::bad_request)?;
+        req.validate_fields(def, fields::Origin::Patch, &mut patched)?;
         let requested = object::str_at(&patched, &["metadata", "resourceVersion"]);
         rv_precondition(def, req.name(), requested, cur)?;
         Ok(to_storage(def, patched))

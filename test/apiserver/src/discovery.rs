@@ -178,13 +178,15 @@ mod tests {
                 "nodes/status",
                 "persistentvolumes",
                 "persistentvolumes/status",
+                "pods",
+                "pods/status",
                 "serviceaccounts",
                 "serviceaccounts/token",
                 "services",
                 "services/status"
             ]
         );
-        let token = &v["resources"][9];
+        let token = &v["resources"][11];
         assert_eq!(
             token,
             &json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,

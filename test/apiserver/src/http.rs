@@ -15,8 +15,10 @@ use crate::auth::Authn;
 use crate::controls::{self, Controls, RequestKey, RequestRecord};
 use crate::discovery;
 use crate::error::ApiError;
+use crate::openapi;
 use crate::resources::{self, ResourceDef, SubresourceDef};
 use crate::server::State;
+use crate::table::{self, IncludeObject, Representation};
 use crate::watch;
 
 /// The response body type: full JSON bodies and streamed watch events.
@@ -52,23 +54,74 @@ fn error_response(e: &ApiError) -> Response<Body> {
     r
 }
 
+/// Whether plain JSON is acceptable (what discovery and OpenAPI documents are served as).
 fn acceptable(accept: Option<&str>) -> bool {
-    let Some(a) = accept else { return true };
-    if a.trim().is_empty() {
-        return true;
+    let Some(accept) = accept else { return true };
+    accept.trim().is_empty()
+        || accept.split(',').any(|range| {
+            table::negotiate(Some(range), IncludeObject::Metadata) == Some(Representation::Object)
+        })
+}
+
+/// Answers `GET /openapi/...` (`segments` after `openapi`).
+fn openapi_response(method: &Method, segments: &[&str], query: &Query) -> Response<Body> {
+    if *method != Method::GET {
+        return error_response(&ApiError::method_not_allowed());
     }
-    a.split(',').any(|part| {
-        let essence = part
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        matches!(
-            essence.as_str(),
-            "application/json" | "*/*" | "application/*" | "json"
-        )
-    })
+    match openapi::serve(segments, query.get("hash")) {
+        None => error_response(&ApiError::unknown_resource()),
+        Some(openapi::Answer::Redirect(location)) => {
+            let mut r = response(301, "text/plain; charset=utf-8", full(""));
+            if let Ok(v) = http::HeaderValue::from_str(&location) {
+                r.headers_mut().insert(http::header::LOCATION, v);
+            }
+            r
+        }
+        Some(openapi::Answer::Json {
+            body,
+            etag,
+            immutable,
+        }) => {
+            let mut r = response(200, "application/json", full(body));
+            let cache = if immutable {
+                "public, immutable"
+            } else {
+                "no-cache, private"
+            };
+            let headers = r.headers_mut();
+            headers.insert(
+                http::header::CACHE_CONTROL,
+                http::HeaderValue::from_static(cache),
+            );
+            if let Ok(v) = http::HeaderValue::from_str(&etag) {
+                headers.insert(http::header::ETAG, v);
+            }
+            r
+        }
+    }
+}
+
+/// Renders a GET or LIST answer as the client asked (a Table, partial metadata); other answers and
+/// plain JSON pass through.
+fn render(verb: &str, def: &ResourceDef, repr: &Representation, reply: Reply) -> Reply {
+    let Reply::Json(200, body) = reply else {
+        return reply;
+    };
+    if *repr == Representation::Object || !matches!(verb, "get" | "list") {
+        return Reply::Json(200, body);
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return Reply::Json(200, body);
+    };
+    let rendered = if verb == "list" {
+        table::render_list(def, &value, repr)
+    } else {
+        table::render_object(def, &value, repr)
+    };
+    match rendered.and_then(|v| serde_json::to_vec(&v).ok()) {
+        Some(out) => Reply::Json(200, out),
+        None => Reply::Json(200, body),
+    }
 }
 
 /// A request on a resource, as routed.
@@ -312,17 +365,33 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             Err(e) => error_response(&e),
         };
     }
-    if !acceptable(header(ACCEPT).as_deref()) {
-        return error_response(&ApiError::not_acceptable());
-    }
     let segs: Vec<&str> = path
         .trim_matches('/')
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
+    let accept = header(ACCEPT);
+    let is_api = matches!(segs.first(), Some(&"api" | &"apis")) && segs.len() > 2;
+    let representation = if is_api {
+        let include = match IncludeObject::parse(query.get("includeObject")) {
+            Ok(i) => i,
+            Err(e) => return error_response(&e),
+        };
+        match table::negotiate(accept.as_deref(), include) {
+            Some(r) => r,
+            None => return error_response(&ApiError::not_acceptable()),
+        }
+    } else if acceptable(accept.as_deref()) {
+        Representation::Object
+    } else {
+        return error_response(&ApiError::not_acceptable());
+    };
+    if let Some(("openapi", rest)) = segs.split_first().map(|(a, b)| (*a, b)) {
+        return openapi_response(&parts.method, rest, &query);
+    }
     let discovery = match segs.as_slice() {
         [] => Some(
-            serde_json::json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
+            serde_json::json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
         ),
         ["version"] => Some(discovery::version()),
         ["api"] => Some(discovery::core_versions(&state.server_address())),
@@ -407,6 +476,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         query: &query,
         content_type: header(CONTENT_TYPE),
         body: bytes,
+        warnings: parking_lot::Mutex::new(Vec::new()),
     };
     let result = match (route.verb, route.extra) {
         ("create", Some(sub)) if sub.name == "token" => api::create_token(&state, &api_req, sub),
@@ -421,9 +491,22 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         ("deletecollection", None) => api::delete_collection(&state, &api_req),
         _ => Err(ApiError::method_not_allowed()),
     };
-    let resp = match result {
-        Ok(Reply::Json(code, body)) => json_response(code, body),
-        Ok(Reply::Watch(plan)) => watch_response(state.clone(), plan),
+    let resp = match result.map(|reply| render(route.verb, route.def, &representation, reply)) {
+        Ok(Reply::Json(code, body)) => {
+            let mut r = json_response(code, body);
+            for warning in api_req.warnings.lock().iter() {
+                if let Ok(v) =
+                    http::HeaderValue::from_str(&format!("299 - {}", crate::error::quote(warning)))
+                {
+                    r.headers_mut().append(http::header::WARNING, v);
+                }
+            }
+            r
+        }
+        Ok(Reply::Watch(mut plan)) => {
+            plan.representation = representation;
+            watch_response(state.clone(), plan)
+        }
         Err(e) => error_response(&e),
     };
     state.controls.record(record(resp.status().as_u16()));
@@ -517,7 +600,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!((x.verb, x.def.kind), ("get", "ConfigMap"));
-        assert_eq!(r(Method::GET, "/api/v1/pods", "").err().unwrap().code, 404);
+        let x = r(
+            Method::GET,
+            "/api/v1/pods",
+            "fieldSelector=spec.nodeName%3Da",
+        )
+        .unwrap();
+        assert_eq!((x.verb, x.def.plural, x.namespace), ("list", "pods", None));
+        assert_eq!(
+            r(Method::GET, "/api/v1/deployments", "")
+                .err()
+                .unwrap()
+                .code,
+            404
+        );
         assert_eq!(
             r(Method::GET, "/api/v1/nodes/a/proxy", "")
                 .err()
@@ -609,5 +705,11 @@ mod tests {
         )));
         assert!(acceptable(Some("*/*")));
         assert!(!acceptable(Some("application/vnd.kubernetes.protobuf")));
+        assert!(!acceptable(Some(
+            "application/json;as=Table;v=v1;g=meta.k8s.io"
+        )));
+        assert!(acceptable(Some(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        )));
     }
 }

@@ -1,14 +1,16 @@
 //! An in-memory Kubernetes API server that speaks the real protocol, for tests, demos and benchmarks.
 //!
-//! It serves the resources a cloud-controller-manager touches (core/v1 nodes, services,
+//! It serves the resources a cloud-controller-manager touches (core/v1 nodes, services, pods,
 //! persistentvolumes, namespaces, events, configmaps and serviceaccounts with their `token`
 //! subresource; events.k8s.io/v1 events; coordination.k8s.io/v1 leases; TokenReview and
 //! SubjectAccessReview) over HTTPS (or plain HTTP) with HTTP/1.1 and
 //! HTTP/2, with the semantics of a real kube-apiserver: resourceVersions and optimistic
 //! concurrency, watches with bookmarks and 410 Expired, finalizers, status subresources, JSON /
 //! merge / strategic-merge patches, selectors, paging, Service defaulting and `Status` error
-//! bodies. [`Controls`] inject faults and latency, close watches, compact the history and expose
-//! request counters and a request log.
+//! bodies. It also serves what `kubectl` needs to work with its defaults: the OpenAPI v2 and v3
+//! documents, server-side printing (Table) and server-side field validation. [`Controls`] inject
+//! faults and latency, close watches, compact the history and expose request counters and a
+//! request log.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,9 +34,12 @@ mod controls;
 mod discovery;
 mod error;
 mod events;
+mod fields;
 mod http;
 mod object;
+mod openapi;
 pub mod patch;
+mod pod;
 mod resources;
 mod rng;
 mod selector;
@@ -42,6 +47,7 @@ mod server;
 mod service;
 mod store;
 mod strategy;
+mod table;
 mod tls;
 mod validation;
 mod watch;

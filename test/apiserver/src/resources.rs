@@ -12,11 +12,12 @@ pub(crate) enum Storage {
     Leases,
     ServiceAccounts,
     ConfigMaps,
+    Pods,
 }
 
 impl Storage {
     /// Every storage, in table order.
-    pub(crate) const ALL: [Storage; 8] = [
+    pub(crate) const ALL: [Storage; 9] = [
         Storage::Nodes,
         Storage::Services,
         Storage::PersistentVolumes,
@@ -25,15 +26,17 @@ impl Storage {
         Storage::Leases,
         Storage::ServiceAccounts,
         Storage::ConfigMaps,
+        Storage::Pods,
     ];
 
     /// The namespaced storages: what a namespace deletion empties.
-    pub(crate) const NAMESPACED: [Storage; 5] = [
+    pub(crate) const NAMESPACED: [Storage; 6] = [
         Storage::Services,
         Storage::Events,
         Storage::Leases,
         Storage::ServiceAccounts,
         Storage::ConfigMaps,
+        Storage::Pods,
     ];
 
     /// Index into per-storage arrays.
@@ -226,6 +229,20 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
     ResourceDef {
         group: "",
         version: "v1",
+        plural: "pods",
+        kind: "Pod",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &["po"],
+        categories: &["all"],
+        storage_version_hash: "xPOwRZ+Yhw8=",
+        status_subresource: true,
+        subresources: &[],
+        backing: Backing::Stored(Storage::Pods),
+    },
+    ResourceDef {
+        group: "",
+        version: "v1",
         plural: "services",
         kind: "Service",
         namespaced: true,
@@ -376,7 +393,8 @@ mod tests {
         assert_eq!(lease.api_version(), "coordination.k8s.io/v1");
         assert_eq!(lease.qualified_resource(), "leases.coordination.k8s.io");
         assert_eq!(lease.list_kind(), "LeaseList");
-        assert!(find("", "v1", "pods").is_none());
+        assert!(find("", "v1", "pods").is_some_and(|p| p.namespaced));
+        assert!(find("", "v1", "deployments").is_none());
         let ev = find("events.k8s.io", "v1", "events").unwrap();
         assert_eq!(ev.validation_group_kind(), ("", "Event"));
     }

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use crate::error::{FieldError, quote};
 use crate::events;
 use crate::object;
+use crate::pod;
 use crate::resources::{Backing, ResourceDef, Storage};
 use crate::service;
 use crate::validation::{self, NameRule};
@@ -45,7 +46,7 @@ pub(crate) fn behaviour(s: Storage) -> Behaviour {
             create_on_update: true,
             return_deleted_object: false,
         },
-        Storage::ServiceAccounts => Behaviour {
+        Storage::ServiceAccounts | Storage::Pods => Behaviour {
             unconditional_update: true,
             create_on_update: false,
             return_deleted_object: true,
@@ -81,6 +82,7 @@ pub(crate) fn field_labels(def: &ResourceDef) -> &'static [&'static str] {
         Backing::Stored(Storage::Namespaces) => {
             &["metadata.name", "metadata.namespace", "status.phase"]
         }
+        Backing::Stored(Storage::Pods) => pod::FIELD_LABELS,
         Backing::Stored(Storage::Events) if def.is_events_v1() => events::V1_FIELDS,
         Backing::Stored(Storage::Events) => events::CORE_FIELDS,
         _ => &["metadata.name", "metadata.namespace"],
@@ -121,6 +123,7 @@ pub(crate) fn selectable_fields(s: Storage, v: &Value) -> Vec<(&'static str, Str
             v["status"]["phase"].as_str().unwrap_or("").to_string(),
         )],
         Storage::Events => events::selectable_fields(v),
+        Storage::Pods => pod::selectable_fields(v),
         Storage::PersistentVolumes
         | Storage::Leases
         | Storage::ServiceAccounts
@@ -165,7 +168,11 @@ const NODE_INFO_FIELDS: &[&str] = &[
     "architecture",
 ];
 
-fn obj_entry<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+/// The object at `key` of `m`, created (or replaced) when it is not one.
+pub(crate) fn obj_entry<'a>(
+    m: &'a mut Map<String, Value>,
+    key: &str,
+) -> &'a mut Map<String, Value> {
     let e = m.entry(key.to_string()).or_insert_with(|| json!({}));
     if !e.is_object() {
         *e = json!({});
@@ -227,13 +234,19 @@ pub(crate) fn defaults(s: Storage, v: &mut Value) {
         Storage::PersistentVolumes => default_pv(v),
         Storage::Namespaces => default_namespace(v),
         Storage::Events => events::normalize_core(v),
+        Storage::Pods => pod::default_pod(v),
         Storage::Leases | Storage::ServiceAccounts | Storage::ConfigMaps => {}
     }
     object::order_keys(v);
 }
 
-/// Admission on create: the TaintNodesByCondition plugin adds the not-ready taint to new Nodes.
+/// Preparation and admission on create: a new Pod's status is reset and it gets the default
+/// tolerations; the TaintNodesByCondition plugin adds the not-ready taint to new Nodes.
 pub(crate) fn admit_create(s: Storage, v: &mut Value, not_ready_taint: bool) {
+    if s == Storage::Pods {
+        pod::prepare_for_create(v);
+        return;
+    }
     if s != Storage::Nodes || !not_ready_taint {
         return;
     }
@@ -437,6 +450,7 @@ pub(crate) fn validate_create(def: &ResourceDef, v: &Value, namespace: &str) -> 
     };
     match s {
         Storage::Services => service::validate(v),
+        Storage::Pods => pod::validate(v),
         Storage::Events if def.is_events_v1() => events::validate_v1_create(v, namespace),
         Storage::Events => events::validate_core_create(v, namespace),
         _ => {
@@ -511,6 +525,10 @@ pub(crate) fn validate_update(
             errs.extend(validate_create(def, new, namespace));
             errs.extend(validate_config_map_update(new, old));
         }
+        Storage::Pods => {
+            errs.extend(pod::validate(new));
+            errs.extend(pod::validate_update(new, old));
+        }
         _ => errs.extend(validate_create(def, new, namespace)),
     }
     errs
@@ -584,6 +602,10 @@ pub(crate) fn bookmark_body(def: &ResourceDef) -> Map<String, Value> {
         Some(Storage::Leases) => {
             m.insert("spec".into(), json!({}));
         }
+        Some(Storage::Pods) => {
+            m.insert("spec".into(), json!({"containers": null}));
+            m.insert("status".into(), json!({}));
+        }
         Some(Storage::ServiceAccounts | Storage::ConfigMaps) => {}
         Some(Storage::Events) => {
             let mut ev = json!({});
@@ -651,12 +673,44 @@ pub(crate) fn decode_check(def: &ResourceDef, v: &Value) -> Result<(), String> {
         (Backing::Stored(Storage::Leases), _) => typed::<api::coordination::v1::Lease>(v),
         (Backing::Stored(Storage::ServiceAccounts), _) => typed::<api::core::v1::ServiceAccount>(v),
         (Backing::Stored(Storage::ConfigMaps), _) => typed::<api::core::v1::ConfigMap>(v),
+        (Backing::Stored(Storage::Pods), _) => typed::<api::core::v1::Pod>(v),
         (Backing::TokenReview, _) => typed::<api::authentication::v1::TokenReview>(v),
         (Backing::SubjectAccessReview, _) => {
             typed::<api::authorization::v1::SubjectAccessReview>(v)
         }
     };
     r.map_err(|e| format!("{prefix}{e}"))
+}
+
+/// `v` decoded into the API type of `def` and encoded again: what the real server keeps of a request
+/// object. `None` when it does not decode (decoding and validation report why).
+pub(crate) fn round_trip(def: &ResourceDef, v: &Value) -> Option<Value> {
+    use k8s_openapi::api;
+    fn through<T: DeserializeOwned + serde::Serialize>(v: &Value) -> Option<Value> {
+        T::deserialize(v)
+            .ok()
+            .and_then(|t| serde_json::to_value(t).ok())
+    }
+    match (def.backing, def.is_events_v1()) {
+        (Backing::Stored(Storage::Nodes), _) => through::<api::core::v1::Node>(v),
+        (Backing::Stored(Storage::Services), _) => through::<api::core::v1::Service>(v),
+        (Backing::Stored(Storage::PersistentVolumes), _) => {
+            through::<api::core::v1::PersistentVolume>(v)
+        }
+        (Backing::Stored(Storage::Namespaces), _) => through::<api::core::v1::Namespace>(v),
+        (Backing::Stored(Storage::Events), true) => through::<api::events::v1::Event>(v),
+        (Backing::Stored(Storage::Events), false) => through::<api::core::v1::Event>(v),
+        (Backing::Stored(Storage::Leases), _) => through::<api::coordination::v1::Lease>(v),
+        (Backing::Stored(Storage::ServiceAccounts), _) => {
+            through::<api::core::v1::ServiceAccount>(v)
+        }
+        (Backing::Stored(Storage::ConfigMaps), _) => through::<api::core::v1::ConfigMap>(v),
+        (Backing::Stored(Storage::Pods), _) => through::<api::core::v1::Pod>(v),
+        (Backing::TokenReview, _) => through::<api::authentication::v1::TokenReview>(v),
+        (Backing::SubjectAccessReview, _) => {
+            through::<api::authorization::v1::SubjectAccessReview>(v)
+        }
+    }
 }
 
 fn json_type(v: &Value) -> &'static str {

@@ -17,6 +17,7 @@ use crate::resources::ResourceDef;
 use crate::server::State;
 use crate::store::{Change, ChangeType, Stored, WatchStart};
 use crate::strategy;
+use crate::table::{self, Representation};
 
 /// Decrements the open-watch counter when the watch task ends.
 struct OpenGuard(Arc<State>);
@@ -37,7 +38,7 @@ fn event_line(kind: &str, object: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-fn bookmark(def: &ResourceDef, rv: u64, initial_end: bool) -> Bytes {
+fn bookmark(def: &ResourceDef, rv: u64, initial_end: bool) -> Vec<u8> {
     let mut meta = Map::new();
     meta.insert("resourceVersion".into(), json!(rv.to_string()));
     meta.insert("creationTimestamp".into(), Value::Null);
@@ -54,34 +55,54 @@ fn bookmark(def: &ResourceDef, rv: u64, initial_end: bool) -> Bytes {
     for (k, v) in strategy::bookmark_body(def) {
         obj.insert(k, v);
     }
-    event_line(
-        "BOOKMARK",
-        &serde_json::to_vec(&Value::Object(obj)).unwrap_or_default(),
-    )
+    serde_json::to_vec(&Value::Object(obj)).unwrap_or_default()
 }
 
-/// The event line a change produces for a filtered watch, if any. An object that stops matching
-/// the selectors is reported DELETED with its previous state at the change's resourceVersion, as
-/// the real watch cache does.
-fn event_for(def: &ResourceDef, filter: &Filter, c: &Change) -> Option<Bytes> {
+/// Renders the objects of a watch's events as the client asked (a Table sends its column
+/// definitions with the first event only, as upstream).
+struct Renderer {
+    repr: Representation,
+}
+
+impl Renderer {
+    /// The event line of `object` (its full JSON).
+    fn line(&mut self, def: &ResourceDef, kind: &str, object: Vec<u8>) -> Bytes {
+        if self.repr == Representation::Object {
+            return event_line(kind, &object);
+        }
+        let value: Value = serde_json::from_slice(&object).unwrap_or(Value::Null);
+        let rendered = table::render_object(def, &value, &self.repr)
+            .and_then(|v| serde_json::to_vec(&v).ok())
+            .unwrap_or(object);
+        if let Representation::Table(opts) = &mut self.repr {
+            opts.no_headers = true;
+        }
+        event_line(kind, &rendered)
+    }
+}
+
+/// The event (type and full object JSON) a change produces for a filtered watch, if any. An object
+/// that stops matching the selectors is reported DELETED with its previous state at the change's
+/// resourceVersion, as the real watch cache does.
+fn event_for(def: &ResourceDef, filter: &Filter, c: &Change) -> Option<(&'static str, Vec<u8>)> {
     let now = filter.matches(&c.key, &c.object);
     let before = c.prev.as_ref().is_some_and(|p| filter.matches(&c.key, p));
-    let line = |kind: &str, obj: &Stored| Some(event_line(kind, &view_full(def, obj)));
+    let event = |kind: &'static str, obj: &Stored| Some((kind, view_full(def, obj)));
     match c.kind {
-        ChangeType::Added => now.then(|| event_line("ADDED", &view_full(def, &c.object))),
+        ChangeType::Added if now => event("ADDED", &c.object),
+        ChangeType::Added => None,
         ChangeType::Modified => match (before, now, &c.prev) {
-            (true, true, _) => line("MODIFIED", &c.object),
-            (false, true, _) => line("ADDED", &c.object),
+            (true, true, _) => event("MODIFIED", &c.object),
+            (false, true, _) => event("ADDED", &c.object),
             (true, false, Some(prev)) => {
                 let mut v = prev.value();
                 object::set_meta(&mut v, "resourceVersion", json!(c.rv.to_string()));
-                Some(event_line("DELETED", &view_full_value(def, v)))
+                Some(("DELETED", view_full_value(def, v)))
             }
             _ => None,
         },
-        ChangeType::Deleted => {
-            (before || now).then(|| event_line("DELETED", &view_full(def, &c.object)))
-        }
+        ChangeType::Deleted if before || now => event("DELETED", &c.object),
+        ChangeType::Deleted => None,
     }
 }
 
@@ -159,17 +180,25 @@ async fn run(
     };
     let mut last_seen = after;
     let mut last_bookmark = after;
+    let mut render = Renderer {
+        repr: plan.representation,
+    };
     match start {
         WatchStart::Snapshot(items) => {
             for (key, obj) in items.iter() {
                 if plan.filter.matches(key, obj)
-                    && !out.send(event_line("ADDED", &view_full(def, obj))).await
+                    && !out
+                        .send(render.line(def, "ADDED", view_full(def, obj)))
+                        .await
                 {
                     return;
                 }
             }
             if plan.send_initial_events && plan.bookmarks {
-                if !out.send(bookmark(def, after, true)).await {
+                if !out
+                    .send(render.line(def, "BOOKMARK", bookmark(def, after, true)))
+                    .await
+                {
                     return;
                 }
                 last_bookmark = after;
@@ -178,8 +207,8 @@ async fn run(
         WatchStart::Replay(list) => {
             for c in list.iter() {
                 last_seen = c.rv;
-                if let Some(line) = event_for(def, &plan.filter, c)
-                    && !out.send(line).await
+                if let Some((kind, obj)) = event_for(def, &plan.filter, c)
+                    && !out.send(render.line(def, kind, obj)).await
                 {
                     return;
                 }
@@ -200,8 +229,8 @@ async fn run(
                         continue;
                     }
                     last_seen = c.rv;
-                    if let Some(line) = event_for(def, &plan.filter, &c)
-                        && !out.send(line).await
+                    if let Some((kind, obj)) = event_for(def, &plan.filter, &c)
+                        && !out.send(render.line(def, kind, obj)).await
                     {
                         break;
                     }
@@ -211,7 +240,7 @@ async fn run(
             },
             _ = tick.tick(), if plan.bookmarks => {
                 if last_seen > last_bookmark {
-                    if !out.send(bookmark(def, last_seen, false)).await {
+                    if !out.send(render.line(def, "BOOKMARK", bookmark(def, last_seen, false))).await {
                         break;
                     }
                     last_bookmark = last_seen;
@@ -230,7 +259,10 @@ mod tests {
         let l = event_line("ADDED", br#"{"a":1}"#);
         assert_eq!(&l[..], b"{\"type\":\"ADDED\",\"object\":{\"a\":1}}\n");
         let nodes = crate::resources::find("", "v1", "nodes").unwrap();
-        let b = bookmark(nodes, 7, true);
+        let mut render = Renderer {
+            repr: Representation::Object,
+        };
+        let b = render.line(nodes, "BOOKMARK", bookmark(nodes, 7, true));
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["type"], "BOOKMARK");
         assert_eq!(v["object"]["kind"], "Node");

@@ -558,7 +558,7 @@ async fn namespace_deletion_removes_accounts_and_config_maps() {
 async fn requests_for_unknown_resources_are_logged() {
     let (s, c) = server(Duration::from_secs(600)).await;
     s.controls().clear_request_log();
-    let r = raw(&c, "GET", "/api/v1/namespaces/default/pods", None, "").await;
+    let r = raw(&c, "GET", "/api/v1/namespaces/default/secrets", None, "").await;
     assert_status(&r, 404, "NotFound");
     raw(&c, "GET", "/apis/apps/v1/deployments?watch=true", None, "").await;
     raw(&c, "PUT", "/api/v1/nodes", Some("application/json"), "{}").await;
@@ -572,7 +572,7 @@ async fn requests_for_unknown_resources_are_logged() {
             log[0].user.as_str(),
             log[0].code
         ),
-        ("list", "pods", "default", "admin", 404)
+        ("list", "secrets", "default", "admin", 404)
     );
     assert_eq!(
         (

@@ -1833,3 +1833,308 @@ async fn watch_with_selector_reports_transitions() {
     assert_eq!(events[2], ("ADDED", back_rv));
     delete_node(c, &name).await;
 }
+
+/// Sends a request with an `Accept` header; returns the status and the body (parsed as JSON, or as
+/// newline-delimited JSON events for a watch).
+async fn accept(client: &Client, path: &str, accept: &str) -> (u16, Vec<Value>) {
+    let req = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("accept", accept)
+        .body(kube::client::Body::from(Vec::new()))
+        .expect("request");
+    let resp = client.send(req).await.expect("send request");
+    let code = resp.status().as_u16();
+    let bytes = tokio::time::timeout(
+        Duration::from_secs(30),
+        http_body_util::BodyExt::collect(resp.into_body()),
+    )
+    .await
+    .expect("the answer ends in time")
+    .expect("read the answer")
+    .to_bytes();
+    let values = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|l| serde_json::from_slice(l).unwrap_or(Value::Null))
+        .collect();
+    (code, values)
+}
+
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+fn column_names(table: &Value) -> Vec<&str> {
+    table["columnDefinitions"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn table_output_for_get_list_and_watch() {
+    let t = target().await;
+    let c = &t.client;
+    let label = unique("table");
+    let names = [unique("table-a"), unique("table-b")];
+    for name in &names {
+        create_node(
+            c,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"table-test": label}},
+                   "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}}),
+        )
+        .await;
+    }
+    let node_columns = [
+        "Name",
+        "Status",
+        "Roles",
+        "Age",
+        "Version",
+        "Internal-IP",
+        "External-IP",
+        "OS-Image",
+        "Kernel-Version",
+        "Container-Runtime",
+    ];
+
+    // GET: one row, all cells (the wide ones too), the object as PartialObjectMetadata.
+    let (code, body) = accept(c, &format!("/api/v1/nodes/{}", names[0]), TABLE).await;
+    assert_eq!(code, 200, "{body:?}");
+    let table = &body[0];
+    assert_eq!(
+        (table["kind"].as_str(), table["apiVersion"].as_str()),
+        (Some("Table"), Some("meta.k8s.io/v1"))
+    );
+    assert_eq!(column_names(table), node_columns);
+    assert_eq!(table["columnDefinitions"][5]["priority"], 1);
+    let row = &table["rows"][0];
+    assert_eq!(row["cells"][0], names[0].as_str());
+    assert_eq!(row["cells"][1], "Unknown");
+    assert_eq!(row["cells"][5], "10.0.0.9");
+    assert_eq!(row["cells"][6], "<none>");
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["metadata"]["name"], names[0].as_str());
+
+    // LIST: a row per object; includeObject=Object carries the object itself.
+    let selector = format!("labelSelector=table-test%3D{label}");
+    let (code, body) = accept(
+        c,
+        &format!("/api/v1/nodes?{selector}&includeObject=Object"),
+        TABLE,
+    )
+    .await;
+    assert_eq!(code, 200, "{body:?}");
+    let rows = body[0]["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["object"]["kind"], "Node");
+    assert!(body[0]["metadata"]["resourceVersion"].is_string());
+    let (code, _) = accept(
+        c,
+        &format!("/api/v1/nodes?{selector}&includeObject=Everything"),
+        TABLE,
+    )
+    .await;
+    assert_eq!(code, 400);
+
+    // WATCH: the column definitions come with the first event only.
+    let (code, events) = accept(
+        c,
+        &format!("/api/v1/nodes?watch=true&resourceVersion=0&timeoutSeconds=1&{selector}"),
+        TABLE,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(column_names(&events[0]["object"]), node_columns);
+    assert!(
+        events[1]["object"]["columnDefinitions"].is_null(),
+        "{}",
+        events[1]
+    );
+    assert_eq!(
+        events[1]["object"]["rows"][0]["cells"]
+            .as_array()
+            .map(Vec::len),
+        Some(10)
+    );
+
+    // A Table nobody can produce is not acceptable.
+    let (code, _) = accept(
+        c,
+        "/api/v1/nodes",
+        "application/json;as=Table;v=v9;g=meta.k8s.io",
+    )
+    .await;
+    assert_eq!(code, 406);
+    for name in &names {
+        delete_node(c, name).await;
+    }
+}
+
+#[tokio::test]
+async fn field_validation_of_writes() {
+    let t = target().await;
+    let c = &t.client;
+    let name = unique("fields");
+    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "colour": "blue"},
+                      "spec": {"unknownField": 1}});
+    let r = raw_json(c, "POST", "/api/v1/nodes?fieldValidation=Strict", &body).await;
+    assert_status(&r, 400, "BadRequest");
+    assert_eq!(
+        r.body["message"],
+        r#"Node in version "v1" cannot be handled as a Node: strict decoding error: unknown field "metadata.colour", unknown field "spec.unknownField""#
+    );
+    let r = raw_json(c, "POST", "/api/v1/nodes?fieldValidation=Warn", &body).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let warnings: Vec<&str> = r
+        .headers
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"299 - "unknown field \"metadata.colour\"""#,
+            r#"299 - "unknown field \"spec.unknownField\"""#
+        ]
+    );
+    assert!(r.body["spec"].get("unknownField").is_none(), "{}", r.body);
+    let r = patch(
+        c,
+        &format!("/api/v1/nodes/{name}?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        r#"{"spec":{"providerID":"fake://x","bogus":true}}"#,
+    )
+    .await;
+    // A patch result with an unknown field is invalid (422), the cause naming the patch.
+    assert_status(&r, 422, "Invalid");
+    let message = r.body["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(r#" "" is invalid: patch: Invalid value: "#),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(r#"strict decoding error: unknown field "spec.bogus""#),
+        "{message}"
+    );
+    assert_eq!(r.body["details"]["causes"][0]["field"], "patch");
+    assert_eq!(
+        r.body["details"]["causes"][0]["reason"],
+        "FieldValueInvalid"
+    );
+    let r = raw_json(c, "POST", "/api/v1/nodes?fieldValidation=Loud", &body).await;
+    assert_status(&r, 422, "Invalid");
+    assert_eq!(r.body["details"]["kind"], "CreateOptions");
+    delete_node(c, &name).await;
+}
+
+#[tokio::test]
+async fn pods_by_node_and_phase() {
+    let t = target().await;
+    let c = &t.client;
+    let ns = temp_namespace(c).await;
+    let node = unique("pod-node");
+    let pod = |name: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+               "spec": {"nodeName": node, "automountServiceAccountToken": false,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+               "status": {"phase": "Running"}})
+    };
+    let mut created = None;
+    // A real server's ServiceAccount admission waits for the namespace's default account.
+    for _ in 0..40 {
+        let r = raw_json(
+            c,
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            &pod("on-node", &node),
+        )
+        .await;
+        if r.code == 201 {
+            created = Some(r.body);
+            break;
+        }
+        assert!(
+            r.body["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("serviceaccount"),
+            "{}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let created = created.expect("the pod was created");
+    assert_eq!(
+        created["status"]["phase"], "Pending",
+        "create resets the status"
+    );
+    assert_eq!(created["status"]["qosClass"], "BestEffort");
+    assert_eq!(created["spec"]["restartPolicy"], "Always");
+    assert_eq!(
+        created["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    let r = raw_json(
+        c,
+        "POST",
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        &pod("elsewhere", "other-node"),
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", r.body);
+
+    let list = |selector: String| {
+        let path = format!("/api/v1/pods?fieldSelector={selector}");
+        async move {
+            let r = raw(c, "GET", &path, None, "").await;
+            assert_eq!(r.code, 200, "{}", r.body);
+            let mut names: Vec<String> = r.body["items"]
+                .as_array()
+                .map(|i| {
+                    i.iter()
+                        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            names
+        }
+    };
+    // kubectl describe node's query.
+    let describe =
+        format!("spec.nodeName%3D{node}%2Cstatus.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed");
+    assert_eq!(list(describe.clone()).await, ["on-node"]);
+    let status = json!({"status": {"phase": "Succeeded"}});
+    let r = patch(
+        c,
+        &format!("/api/v1/namespaces/{ns}/pods/on-node/status"),
+        "application/merge-patch+json",
+        &status.to_string(),
+    )
+    .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert!(list(describe).await.is_empty());
+    assert_eq!(list(format!("spec.nodeName%3D{node}")).await, ["on-node"]);
+    let r = raw(
+        c,
+        "GET",
+        "/api/v1/pods?fieldSelector=spec.colour%3Dred",
+        None,
+        "",
+    )
+    .await;
+    assert_status(&r, 400, "BadRequest");
+    // The spec is immutable but for a few fields.
+    let r = patch(
+        c,
+        &format!("/api/v1/namespaces/{ns}/pods/elsewhere"),
+        "application/merge-patch+json",
+        r#"{"spec":{"restartPolicy":"Never"}}"#,
+    )
+    .await;
+    assert_status(&r, 422, "Invalid");
+    drop_namespace(c, &ns).await;
+}

@@ -589,6 +589,15 @@ impl Harness {
         self.config.mode
     }
 
+    /// The kubeconfig of the harness' own identity: the target cluster's, or the in-process server's.
+    pub fn kubeconfig(&self) -> Option<PathBuf> {
+        match (&self.config.kubeconfig, &self.local) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(local)) => local.server().map(|s| s.kubeconfig_path().to_path_buf()),
+            (None, None) => None,
+        }
+    }
+
     /// A client with the harness' own identity (not the CCM's).
     pub fn client(&self) -> Client {
         self.client.clone()

@@ -7,6 +7,7 @@
 //! With `E2E_KUBECONFIG` it targets that cluster (for example kind, see `hack/e2e-kind.sh`). See
 //! [`config`] for the environment variables.
 //!
+//! - [`kubectl`]: the real kubectl run against the cluster, and its tables.
 //! - [`kubelet`]: simulated kubelets (tainted Nodes with addresses and pod CIDRs, kept Ready).
 //! - [`admin`]: a client of the fake cloud's admin API.
 //! - [`ccm`]: CCM processes (spawn, kill, logs, leader status).
@@ -25,6 +26,7 @@ pub mod config;
 pub mod differential;
 pub mod harness;
 pub mod http;
+pub mod kubectl;
 pub mod kubelet;
 pub mod rbac;
 pub mod wait;

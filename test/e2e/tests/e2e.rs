@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail, ensure};
 use ccm_e2e::harness::{CCM_SERVICE_ACCOUNT, LocalOptions};
+use ccm_e2e::kubectl::Table;
 use ccm_e2e::kubelet::SimulatedNode;
 use ccm_e2e::rbac::RbacManifest;
 use ccm_e2e::well_known::*;
@@ -1163,6 +1164,146 @@ async fn client_identity(s: &Suite) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first address of `ty` of a node, as `kubectl get nodes -o wide` prints it.
+fn node_address(node: &Node, ty: &str) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == ty))
+        .map_or_else(|| "<none>".to_string(), |a| a.address.clone())
+}
+
+/// The section of `kubectl describe` output after `Events:`.
+fn events_section(described: &str) -> &str {
+    described.split("\nEvents:").nth(1).unwrap_or_default()
+}
+
+/// Waits until an event with `reason` about the object `kind`/`name` exists in `namespace`.
+async fn wait_event(
+    s: &Suite,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
+    let events: Api<Event> = Api::namespaced(s.h.client(), namespace);
+    let selector = format!("involvedObject.kind={kind},involvedObject.name={name},reason={reason}");
+    wait_for(
+        &format!("a {reason} event about {kind} {name}"),
+        s.timeout(30),
+        || {
+            let events = events.clone();
+            let selector = selector.clone();
+            async move {
+                let list = events
+                    .list(&ListParams::default().fields(&selector))
+                    .await
+                    .map_err(|e| ccm_e2e::HarnessError::kube("listing events", e))?;
+                Ok(Check::when(!list.items.is_empty(), (), || {
+                    "no such event yet".to_string()
+                }))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// What an operator sees with kubectl: `get nodes -o wide` with the real server's columns and the addresses
+/// the CCM set, and `describe node` / `describe service` with the CCM's events and their reasons.
+async fn kubectl_shows_the_ccm_work(s: &Suite) -> anyhow::Result<()> {
+    let kubeconfig =
+        s.h.kubeconfig()
+            .ok_or_else(|| anyhow!("no kubeconfig of the cluster under test"))?;
+    let kubectl = ccm_e2e::kubectl::Kubectl::new(&kubeconfig)?;
+
+    let table = Table::parse(&kubectl.run(&["get", "nodes", "-o", "wide"]).await?);
+    ensure!(
+        table.header
+            == [
+                "NAME",
+                "STATUS",
+                "ROLES",
+                "AGE",
+                "VERSION",
+                "INTERNAL-IP",
+                "EXTERNAL-IP",
+                "OS-IMAGE",
+                "KERNEL-VERSION",
+                "CONTAINER-RUNTIME"
+            ],
+        "kubectl get nodes -o wide printed the columns {:?}",
+        table.header
+    );
+    let mut external = 0;
+    for name in &s.nodes {
+        let node = s.node_api().get(name).await?;
+        let row = table
+            .row(name)
+            .ok_or_else(|| anyhow!("kubectl get nodes -o wide has no row for {name}"))?;
+        for (column, ty) in [("INTERNAL-IP", "InternalIP"), ("EXTERNAL-IP", "ExternalIP")] {
+            let want = node_address(&node, ty);
+            let shown = table.cell(row, column).unwrap_or_default();
+            ensure!(
+                shown == want,
+                "{name}: kubectl shows {column} {shown:?}, the node has {want:?}"
+            );
+        }
+        if table.cell(row, "EXTERNAL-IP") != Some("<none>") {
+            external += 1;
+        }
+    }
+    if s.h.local().is_some() {
+        ensure!(
+            external > 0,
+            "no node shows the ExternalIP the fake cloud reports for e2e-node-0"
+        );
+    }
+
+    // describe node: the node controller's Synced event.
+    let node = s.nodes.first().ok_or_else(|| anyhow!("no nodes"))?;
+    wait_event(s, NAMESPACE, "Node", node, "Synced").await?;
+    let described = kubectl.run(&["describe", "node", node]).await?;
+    ensure!(
+        events_section(&described).contains("Synced"),
+        "kubectl describe node {node} shows no Synced event:\n{described}"
+    );
+
+    // describe service: the service controller's load-balancer events and the ingress address.
+    let name = "e2e-kubectl";
+    create_lb_service(s, name).await?;
+    let (_, ip) = wait_ingress(s, name).await?;
+    wait_event(s, NAMESPACE, "Service", name, "EnsuredLoadBalancer").await?;
+    let described = kubectl
+        .run(&["describe", "service", name, "-n", NAMESPACE])
+        .await?;
+    let events = events_section(&described);
+    ensure!(
+        events.contains("EnsuringLoadBalancer") && events.contains("EnsuredLoadBalancer"),
+        "kubectl describe service {name} shows no load-balancer events:\n{described}"
+    );
+    ensure!(
+        described
+            .lines()
+            .any(|l| l.starts_with("LoadBalancer Ingress:") && l.contains(ip.as_str())),
+        "kubectl describe service {name} does not show the ingress {ip}:\n{described}"
+    );
+    let table = Table::parse(
+        &kubectl
+            .run(&["get", "service", name, "-n", NAMESPACE, "-o", "wide"])
+            .await?,
+    );
+    let row = table
+        .row(name)
+        .ok_or_else(|| anyhow!("kubectl get service has no row for {name}"))?;
+    ensure!(
+        table.cell(row, "EXTERNAL-IP") == Some(ip.as_str()),
+        "kubectl get service shows EXTERNAL-IP {:?}, the ingress is {ip}",
+        table.cell(row, "EXTERNAL-IP")
+    );
+    delete_service_and_wait(s, name).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end() {
     let mut s = match Suite::start().await {
@@ -1192,6 +1333,12 @@ async fn end_to_end() {
         .case(
             "load balancer: ingress, port change, release",
             load_balancer_lifecycle(&s),
+        )
+        .await;
+    report
+        .case(
+            "kubectl: get nodes -o wide, describe node and service with the CCM's events",
+            kubectl_shows_the_ccm_work(&s),
         )
         .await;
     report

@@ -16,7 +16,7 @@
 
 mod json_patch;
 mod merge_patch;
-mod schema;
+pub(crate) mod schema;
 mod strategic;
 mod value;
 

@@ -41,6 +41,59 @@ const SERVICE_RULES: &[ListRule] = &[
     (&["status", "loadBalancer", "ingress"], ListStrategy::Atomic),
 ];
 
+const POD_RULES: &[ListRule] = &[
+    (&["spec", "volumes"], ListStrategy::MergeByKey("name")),
+    (
+        &["spec", "initContainers"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["spec", "containers"], ListStrategy::MergeByKey("name")),
+    (
+        &["spec", "ephemeralContainers"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "initContainers", "ports"],
+        ListStrategy::MergeByKey("containerPort"),
+    ),
+    (
+        &["spec", "containers", "ports"],
+        ListStrategy::MergeByKey("containerPort"),
+    ),
+    (
+        &["spec", "initContainers", "env"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "containers", "env"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "initContainers", "volumeMounts"],
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        &["spec", "containers", "volumeMounts"],
+        ListStrategy::MergeByKey("mountPath"),
+    ),
+    (
+        &["spec", "imagePullSecrets"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["spec", "hostAliases"], ListStrategy::MergeByKey("ip")),
+    (
+        &["spec", "schedulingGates"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (
+        &["spec", "resourceClaims"],
+        ListStrategy::MergeByKey("name"),
+    ),
+    (&["status", "conditions"], ListStrategy::MergeByKey("type")),
+    (&["status", "podIPs"], ListStrategy::MergeByKey("ip")),
+    (&["status", "hostIPs"], ListStrategy::MergeByKey("ip")),
+];
+
 const NAMESPACE_RULES: &[ListRule] =
     &[(&["status", "conditions"], ListStrategy::MergeByKey("type"))];
 
@@ -58,6 +111,7 @@ impl Schema {
             "nodes" => NODE_RULES,
             "services" => SERVICE_RULES,
             "namespaces" => NAMESPACE_RULES,
+            "pods" => POD_RULES,
             _ => &[],
         };
         Schema { rules }
@@ -71,6 +125,22 @@ impl Schema {
             .find(|(segments, _)| path.is(segments))
             .map_or(ListStrategy::Atomic, |(_, strategy)| *strategy)
     }
+}
+
+/// A list field of `resource` that a strategic merge patch merges rather than replaces: its path of member
+/// names from the object root and its merge key (`None` for a set of scalars). This is what the OpenAPI
+/// documents publish as `x-kubernetes-patch-strategy` and `x-kubernetes-patch-merge-key`.
+pub(crate) fn merged_lists(
+    resource: &str,
+) -> impl Iterator<Item = (&'static [&'static str], Option<&'static str>)> {
+    METADATA_RULES
+        .iter()
+        .chain(Schema::for_resource(resource).rules)
+        .filter_map(|(path, strategy)| match strategy {
+            ListStrategy::Atomic => None,
+            ListStrategy::MergeByKey(key) => Some((*path, Some(*key))),
+            ListStrategy::PrimitiveSet => Some((*path, None)),
+        })
 }
 
 /// The member names leading from the object root to a field, as a chain of borrowed frames so that descending
