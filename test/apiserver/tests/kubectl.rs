@@ -670,3 +670,67 @@ async fn every_kind_has_the_real_servers_columns() {
         .ok(&["delete", "namespace", &namespace, "--wait=false"])
         .await;
 }
+
+/// The kinds of the fake/kind overlay that the in-memory server serves; its RBAC, Deployment and
+/// PodDisruptionBudget are checked against a real server (`hack/verify-manifests.sh`, server-side dry run).
+const SERVED_OVERLAY_KINDS: &[&str] = &["ServiceAccount", "ConfigMap", "Service"];
+
+/// The documents of a multi-document YAML stream whose `kind` is one of `kinds`.
+fn documents_of_kinds(yaml: &str, kinds: &[&str]) -> Vec<String> {
+    yaml.split("\n---\n")
+        .filter(|doc| {
+            doc.lines()
+                .find_map(|line| line.strip_prefix("kind: "))
+                .is_some_and(|kind| kinds.contains(&kind.trim()))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// `kubectl apply -k deploy/overlays/kind` as an operator runs it: on a real server the whole overlay
+/// (server-side dry run, so nothing stays behind); on the in-memory server, which serves no RBAC or apps
+/// kinds, the objects of the kinds it serves, applied for real and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kind_overlay_applies_with_kubectl() {
+    let target = common::target().await;
+    let kubectl = Kubectl::new(&kubeconfig_of(&target));
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/overlays/kind");
+    let overlay = overlay.display().to_string();
+    if target.server.is_none() {
+        kubectl
+            .ok(&["apply", "-k", &overlay, "--dry-run=server"])
+            .await;
+        return;
+    }
+    let rendered = kubectl.ok(&["kustomize", &overlay]).await;
+    let served = documents_of_kinds(&rendered, SERVED_OVERLAY_KINDS);
+    assert_eq!(
+        served.len(),
+        SERVED_OVERLAY_KINDS.len(),
+        "the overlay should have one object of each of {SERVED_OVERLAY_KINDS:?}:\n{rendered}"
+    );
+    let file = kubectl.file("overlay-served.yaml", &served.join("\n---\n"));
+    let applied = kubectl
+        .ok(&["apply", "-f", &file.display().to_string()])
+        .await;
+    for kind in ["serviceaccount/", "configmap/", "service/"] {
+        assert!(applied.contains(kind), "kubectl apply printed:\n{applied}");
+    }
+    let listed = kubectl
+        .ok(&[
+            "get",
+            "serviceaccounts,configmaps,services",
+            "-n",
+            "kube-system",
+            "-o",
+            "name",
+        ])
+        .await;
+    for kind in [
+        "serviceaccount/cloud-controller-manager",
+        "configmap/",
+        "service/",
+    ] {
+        assert!(listed.contains(kind), "kubectl get printed:\n{listed}");
+    }
+}
