@@ -265,3 +265,59 @@ async fn metrics_carry_upstream_names_types_and_labels() {
         "no POST 201 to {host}:\n{text}"
     );
 }
+
+/// The AWS provider's families (registered by the daemon with `--cloud-provider=aws`), as upstream's
+/// cloud-provider-aws names them.
+#[test]
+fn aws_metrics_carry_upstream_names_types_and_labels() {
+    use provider_aws::metrics::{OperationLabels, RequestLabels};
+    let metrics = provider_aws::AwsMetrics::default();
+    let request = RequestLabels {
+        request: "DescribeInstances".into(),
+    };
+    metrics
+        .request_duration
+        .get_or_create(&request)
+        .observe(0.1);
+    metrics.request_errors.get_or_create(&request).inc();
+    metrics
+        .throttled_requests
+        .get_or_create(&OperationLabels {
+            operation_name: "DescribeInstances".into(),
+        })
+        .inc();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let exposition = parse(&text);
+    for (sample, family, kind, labels) in [
+        (
+            "cloudprovider_aws_api_request_duration_seconds_bucket",
+            "cloudprovider_aws_api_request_duration_seconds",
+            "histogram",
+            &["request"][..],
+        ),
+        (
+            // Upstream's exact series name: no `_total`.
+            "cloudprovider_aws_api_request_errors",
+            "cloudprovider_aws_api_request_errors",
+            "unknown",
+            &["request"][..],
+        ),
+        (
+            "cloudprovider_aws_api_throttled_requests_total",
+            "cloudprovider_aws_api_throttled_requests",
+            "counter",
+            &["operation_name"][..],
+        ),
+    ] {
+        assert_eq!(
+            exposition.types.get(family).map(String::as_str),
+            Some(kind),
+            "{text}"
+        );
+        let want: BTreeSet<String> = labels.iter().map(|l| l.to_string()).collect();
+        assert_eq!(exposition.labels.get(sample), Some(&want), "{text}");
+    }
+}
