@@ -36,6 +36,7 @@ mod error;
 mod events;
 mod fields;
 mod http;
+pub mod kubectl_table;
 mod object;
 mod openapi;
 pub mod patch;

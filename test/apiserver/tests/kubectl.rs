@@ -18,6 +18,7 @@ use k8s_openapi::api::events::v1::Event as EventV1;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use test_apiserver::kubectl_table::Table;
 
 /// Where `make realkube` puts its kubectl, relative to the workspace root.
 const REALKUBE_KUBECTL: &str = "target/realkube/bin/kubectl";
@@ -117,63 +118,19 @@ impl Kubectl {
     }
 }
 
-/// Where each column of a kubectl table header starts (columns are separated by at least three spaces; a
-/// header has at most single spaces inside, such as `ACCESS MODES`).
-fn column_starts(header: &str) -> Vec<usize> {
-    let mut starts = Vec::new();
-    let mut spaces = 3;
-    for (i, c) in header.char_indices() {
-        if c == ' ' {
-            spaces += 1;
-            continue;
-        }
-        if spaces >= 3 {
-            starts.push(i);
-        }
-        spaces = 0;
-    }
-    starts
-}
-
-/// The cells of a table line, cut at the header's column starts (kubectl left-aligns every column, and an
-/// empty cell is blank).
-fn cut(line: &str, starts: &[usize]) -> Vec<String> {
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, start)| {
-            let end = starts
-                .get(i + 1)
-                .copied()
-                .unwrap_or(line.len())
-                .min(line.len());
-            line.get((*start).min(end)..end)
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .collect()
-}
-
 /// The header of a kubectl table.
 fn header(table: &str) -> Vec<String> {
-    let line = table.lines().next().unwrap_or_default();
-    cut(line, &column_starts(line))
+    Table::parse(table).header
 }
 
 /// The header of a kubectl table and its row with a cell `name` (or `<kind>/name`).
 fn header_and_row(table: &str, name: &str) -> (Vec<String>, Vec<String>) {
-    let mut lines = table.lines();
-    let first = lines.next().unwrap_or_default();
-    let starts = column_starts(first);
-    let row = lines
-        .map(|l| cut(l, &starts))
-        .find(|c| {
-            c.iter()
-                .any(|n| n == name || n.ends_with(&format!("/{name}")))
-        })
-        .unwrap_or_else(|| panic!("no row for {name} in:\n{table}"));
-    (cut(first, &starts), row)
+    let parsed = Table::parse(table);
+    let row = parsed
+        .row(name)
+        .unwrap_or_else(|| panic!("no row for {name} in:\n{table}"))
+        .to_vec();
+    (parsed.header, row)
 }
 
 /// The cell of `column` in a row.
