@@ -23,6 +23,9 @@ pub struct AuditedRequest {
     pub user_agent: Option<String>,
     /// The HTTP status code of the answer (0 for a watch still open).
     pub code: u16,
+    /// Whether authorization refused the request (a 403 can also come from admission, e.g. a write into a
+    /// namespace being deleted, which no RBAC rule would change).
+    pub authorization_denied: bool,
 }
 
 /// A request of a user, from the audit log.
@@ -47,7 +50,12 @@ struct RawEvent {
     object_ref: Option<RawObjectRef>,
     #[serde(default)]
     response_status: Option<RawStatus>,
+    #[serde(default)]
+    annotations: std::collections::HashMap<String, String>,
 }
+
+/// The audit annotation with the authorizer's decision (`allow` or `forbid`).
+const AUTHORIZATION_DECISION: &str = "authorization.k8s.io/decision";
 
 #[derive(Deserialize)]
 struct RawUser {
@@ -97,6 +105,12 @@ pub fn parse_audit_log(text: &str) -> Result<Vec<AuditEntry>, HarnessError> {
         if !seen.insert(event.audit_id) {
             continue;
         }
+        let code = event.response_status.map(|s| s.code).unwrap_or(0);
+        let authorization_denied = code == 403
+            && event
+                .annotations
+                .get(AUTHORIZATION_DECISION)
+                .is_none_or(|decision| decision == "forbid");
         entries.push(AuditEntry {
             user: event.user.username,
             request: AuditedRequest {
@@ -109,7 +123,8 @@ pub fn parse_audit_log(text: &str) -> Result<Vec<AuditEntry>, HarnessError> {
                     name: object.name,
                 },
                 user_agent: event.user_agent,
-                code: event.response_status.map(|s| s.code).unwrap_or(0),
+                code,
+                authorization_denied,
             },
         });
     }
@@ -153,6 +168,18 @@ mod tests {
         assert_eq!(entries[2].request.request.group, "coordination.k8s.io");
         assert_eq!(entries[2].request.request.namespace, "kube-system");
         assert_eq!(entries[2].request.code, 0);
+        assert!(entries[1].request.authorization_denied);
+        assert!(!entries[0].request.authorization_denied);
         assert!(parse_audit_log("not json\n").is_err());
+    }
+
+    #[test]
+    fn a_403_of_admission_is_not_an_authorization_denial() {
+        let log = r#"{"auditID":"b1","verb":"create","user":{"username":"u"},"objectRef":{"resource":"events","namespace":"gone"},"responseStatus":{"code":403},"annotations":{"authorization.k8s.io/decision":"allow"}}
+{"auditID":"b2","verb":"create","user":{"username":"u"},"objectRef":{"resource":"events","namespace":"x"},"responseStatus":{"code":403},"annotations":{"authorization.k8s.io/decision":"forbid"}}
+"#;
+        let entries = parse_audit_log(log).unwrap();
+        assert!(!entries[0].request.authorization_denied);
+        assert!(entries[1].request.authorization_denied);
     }
 }

@@ -462,6 +462,8 @@ impl LocalCluster {
                         },
                         user_agent: Some(r.user_agent).filter(|ua| !ua.is_empty()),
                         code: r.code,
+                        // The in-process server answers 403 only when its access rules refuse.
+                        authorization_denied: r.code == 403,
                     })
                     .collect(),
             )),
