@@ -31,7 +31,7 @@
 //! # });
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -173,7 +173,14 @@ pub struct DryRunRecords {
 /// The shared log of a dry run; cheap to clone (clones share the log).
 #[derive(Clone, Default)]
 pub struct DryRunLog {
-    records: Arc<Mutex<DryRunRecords>>,
+    inner: Arc<Mutex<LogState>>,
+}
+
+#[derive(Default)]
+struct LogState {
+    records: DryRunRecords,
+    /// The objects with a refused cloud call.
+    refused: HashSet<ObjectKey>,
 }
 
 impl fmt::Debug for DryRunLog {
@@ -183,36 +190,38 @@ impl fmt::Debug for DryRunLog {
 }
 
 impl DryRunLog {
-    fn with<T>(&self, f: impl FnOnce(&mut DryRunRecords) -> T) -> T {
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut records)
+    fn with<T>(&self, f: impl FnOnce(&mut LogState) -> T) -> T {
+        let mut state = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut state)
     }
 
     /// Notes that a controller looked at `object`.
     pub fn visit(&self, object: ObjectKey) {
-        self.with(|r| r.objects.insert(object));
+        self.with(|s| s.records.objects.insert(object));
     }
 
     /// Records a refused cloud call.
     pub fn record_cloud_call(&self, call: CloudCall) {
-        self.with(|r| r.cloud_calls.push(call));
+        self.with(|s| {
+            if let Some(object) = &call.object {
+                s.refused.insert(object.clone());
+            }
+            s.records.cloud_calls.push(call);
+        });
     }
 
     /// Records an API write sent with `dryRun=All`.
     pub fn record_api_write(&self, write: ApiWrite) {
-        self.with(|r| r.api_writes.push(write));
+        self.with(|s| s.records.api_writes.push(write));
     }
 
     /// Records that `controller`'s sync of `object` failed, unless it stopped at a cloud call the gate
     /// refused for that object (that is the dry run working, not a failure).
     pub fn record_failure(&self, controller: &str, object: Option<ObjectKey>, message: String) {
-        self.with(|r| {
-            let refused = object.is_some()
-                && r.cloud_calls
-                    .iter()
-                    .any(|call| call.object.as_ref() == object.as_ref());
+        self.with(|s| {
+            let refused = object.as_ref().is_some_and(|o| s.refused.contains(o));
             if !refused {
-                r.failures.push(SyncFailure {
+                s.records.failures.push(SyncFailure {
                     object,
                     controller: controller.to_string(),
                     message,
@@ -223,7 +232,7 @@ impl DryRunLog {
 
     /// A copy of everything recorded so far.
     pub fn records(&self) -> DryRunRecords {
-        self.with(|r| r.clone())
+        self.with(|s| s.records.clone())
     }
 }
 

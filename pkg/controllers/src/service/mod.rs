@@ -483,22 +483,22 @@ async fn worker(shared: Arc<Shared>) {
         };
         match outcome {
             Ok(()) => shared.queue.forget(&key),
-            Err(error) => match error.retry_after {
-                _ if shared.ctx.is_single_pass() => {
-                    tracing::warn!(service = %key, %error, "load balancer sync failed");
-                    shared
-                        .ctx
-                        .record_failure(ControllerName::ServiceLb, Some(object), &error);
+            Err(error) => {
+                // In a dry run the failure is reported, and the queue drops the retry.
+                shared
+                    .ctx
+                    .record_failure(ControllerName::ServiceLb, Some(object), &error);
+                match error.retry_after {
+                    Some(delay) => {
+                        tracing::info!(service = %key, %error, ?delay, "cloud asked to retry the load balancer sync later");
+                        shared.queue.add_after(key.clone(), delay);
+                    }
+                    None => {
+                        let delay = shared.queue.add_rate_limited(key.clone(), None);
+                        tracing::warn!(service = %key, %error, ?delay, "load balancer sync failed; retrying with backoff");
+                    }
                 }
-                Some(delay) => {
-                    tracing::info!(service = %key, %error, ?delay, "cloud asked to retry the load balancer sync later");
-                    shared.queue.add_after(key.clone(), delay);
-                }
-                None => {
-                    let delay = shared.queue.add_rate_limited(key.clone(), None);
-                    tracing::warn!(service = %key, %error, ?delay, "load balancer sync failed; retrying with backoff");
-                }
-            },
+            }
         }
         shared.queue.done(&key);
     }
