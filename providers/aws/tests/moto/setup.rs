@@ -152,6 +152,10 @@ fn credentials_never_appear_in_logs() {
         .with_writer(capture.clone())
         .finish();
     tracing::subscriber::with_default(subscriber, || {
+        // Other tests of this binary run meanwhile on threads without a subscriber; a callsite they reach
+        // first may have cached "no interest" while this subscriber was being registered: ask every callsite
+        // again now that it is.
+        tracing::callsite::rebuild_interest_cache();
         runtime.block_on(async {
             let cloud = provider(&world.config("")).await;
             tracing::debug!(?cloud, "provider under test");
