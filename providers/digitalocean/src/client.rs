@@ -564,8 +564,7 @@ impl DoClient {
 
     fn record_budget(&self, headers: &HeaderMap) {
         let remaining = header_u64(headers, HEADER_RATELIMIT_REMAINING);
-        let reset = header_u64(headers, HEADER_RATELIMIT_RESET)
-            .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        let reset = reset_time(headers);
         if let Some(r) = remaining {
             self.inner
                 .metrics
@@ -612,11 +611,14 @@ pub fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Option<Duration>
             return Some(at.duration_since(now).unwrap_or_default());
         }
     }
-    header_u64(headers, HEADER_RATELIMIT_RESET).map(|secs| {
-        (SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-            .duration_since(now)
-            .unwrap_or_default()
-    })
+    reset_time(headers).map(|at| at.duration_since(now).unwrap_or_default())
+}
+
+/// `RateLimit-Reset` (unix seconds) as a time; a value past what the clock can hold is not a time and is
+/// ignored (a retry then backs off as usual).
+fn reset_time(headers: &HeaderMap) -> Option<SystemTime> {
+    let secs = header_u64(headers, HEADER_RATELIMIT_RESET)?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
 /// Exponential backoff with jitter: between half and all of `base * 2^attempt`, capped at `max_delay`.
@@ -719,6 +721,20 @@ mod tests {
             Some(Duration::from_secs(7))
         );
         assert_eq!(rate_limit_wait(&headers(&[]), now), None);
+    }
+
+    #[test]
+    fn a_reset_beyond_the_clock_is_ignored() {
+        let huge = u64::MAX.to_string();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(
+            rate_limit_wait(&headers(&[(HEADER_RATELIMIT_RESET, &huge)]), now),
+            None
+        );
+        assert_eq!(
+            reset_time(&headers(&[(HEADER_RATELIMIT_RESET, &huge)])),
+            None
+        );
     }
 
     #[test]
