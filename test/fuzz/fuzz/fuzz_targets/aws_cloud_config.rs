@@ -1,0 +1,4 @@
+//! libFuzzer entry for the `aws_cloud_config` target (its contract: `ccm_fuzz::targets::aws_cloud_config`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ccm_fuzz::targets::aws_cloud_config::check(data));
