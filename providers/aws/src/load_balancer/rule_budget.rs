@@ -144,6 +144,17 @@ impl IngressChange {
             + self.authorize.get(family)
     }
 
+    /// Whether the group can hold its new rules before the stale ones go, within `limit`. Then the change
+    /// authorizes first and revokes after, as upstream orders it, so a failure between the two calls leaves
+    /// the load balancer's traffic admitted (by old and new rules) rather than shut out; otherwise the stale
+    /// rules go first, to make room.
+    pub(crate) fn authorize_first(&self, limit: u32) -> bool {
+        [Family::Ipv4, Family::Ipv6].into_iter().all(|family| {
+            let adds = self.authorize.get(family);
+            adds == 0 || self.current.get(family) + adds <= limit
+        })
+    }
+
     /// The first family this change would take past `limit`: only a family that gains rules counts.
     fn overflow(&self, limit: u32) -> Option<Family> {
         [Family::Ipv4, Family::Ipv6].into_iter().find(|&family| {
@@ -272,6 +283,11 @@ impl AwsCloud {
     pub(crate) fn check_rule_limit(&self, changes: &[IngressChange]) -> cloud_provider::Result<()> {
         Ok(check(changes, RulesLimit::from_config(&self.config))?)
     }
+
+    /// Whether `change` authorizes before it revokes (see [`IngressChange::authorize_first`]).
+    pub(crate) fn authorize_first(&self, change: &IngressChange) -> bool {
+        change.authorize_first(RulesLimit::from_config(&self.config).rules)
+    }
 }
 
 #[cfg(test)]
@@ -333,6 +349,17 @@ mod tests {
             ]),
             RuleCount { ipv4: 2, ipv6: 2 }
         );
+    }
+
+    #[test]
+    fn new_rules_go_in_first_when_the_group_can_hold_old_and_new() {
+        // Upstream's order (authorize, then revoke) whenever both fit at once.
+        assert!(change((50, 0), (5, 0), (5, 0)).authorize_first(60));
+        assert!(change((58, 0), (2, 0), (2, 0)).authorize_first(60));
+        assert!(change((59, 60), (0, 0), (1, 1)).authorize_first(60));
+        // Only revoking first makes room.
+        assert!(!change((59, 0), (2, 0), (2, 0)).authorize_first(60));
+        assert!(!change((0, 60), (0, 1), (0, 1)).authorize_first(60));
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! tagged group and exactly one group uses that one; anything else is an error, as upstream.
 //!
 //! Every group's changes are planned and counted against the rule limit ([`super::rule_budget`]) before
-//! the first rule of any group is changed; within a group, stale rules are revoked before new ones are
-//! authorized, so the group never holds more rules than it will after the change.
+//! the first rule of any group is changed; within a group, new rules are authorized before stale ones are
+//! revoked (as upstream does) when the group can hold both, else stale ones go first to make room.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -466,7 +466,13 @@ impl AwsCloud {
     async fn apply_security_groups(&self, plan: &NodeRulesPlan) -> Result<()> {
         self.check_rule_limit(&plan.changes())?;
         for (group, counted) in &plan.groups {
-            self.apply_group_plan(&counted.group_id, group).await?;
+            if self.authorize_first(counted) {
+                self.authorize_group_rules(&counted.group_id, &group.add).await?;
+                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
+            } else {
+                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
+                self.authorize_group_rules(&counted.group_id, &group.add).await?;
+            }
         }
         Ok(())
     }
@@ -485,17 +491,15 @@ impl AwsCloud {
         self.apply_security_groups(&plan).await
     }
 
-    /// Revokes, then authorizes (so the group never holds more rules than after the change).
-    async fn apply_group_plan(&self, group_id: &str, plan: &GroupPlan) -> Result<()> {
-        self.revoke_group_rules(group_id, &plan.remove).await?;
-        if !plan.add.is_empty() {
+    /// Authorizes `add` in the group (one by one when some of them exist already).
+    async fn authorize_group_rules(&self, group_id: &str, add: &[(RuleKey, String)]) -> Result<()> {
+        if !add.is_empty() {
             tracing::info!(
                 group = group_id,
-                rules = plan.add.len(),
+                rules = add.len(),
                 "adding load-balancer rules to security group"
             );
-            let perms: Vec<IpPermission> = plan
-                .add
+            let perms: Vec<IpPermission> = add
                 .iter()
                 .map(|(k, d)| permission(k, Some(d)))
                 .collect();

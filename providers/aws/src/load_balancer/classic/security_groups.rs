@@ -9,8 +9,8 @@
 //!   protocol `-1`, source the group), unless `DisableSecurityGroupIngress`.
 //!
 //! Changes are planned as [`PieceChanges`] and counted against the rule limit ([`crate::load_balancer::rule_budget`])
-//! before any rule of any group is changed; within a group, stale rules are revoked before new ones are
-//! authorized, so the group never holds more rules than it will after the change.
+//! before any rule of any group is changed; within a group, new rules are authorized before stale ones
+//! are revoked (as upstream does) when the group can hold both, else stale ones go first to make room.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -417,26 +417,42 @@ impl AwsCloud {
         ))
     }
 
-    /// Makes one group's changes: revokes first, so the group never holds more rules than after them.
+    /// Makes one group's changes: authorizes, then revokes, when the group can hold both (so a failure in
+    /// between never shuts clients out); revokes first when it could not (to make room).
     pub(crate) async fn apply_piece_changes(&self, changes: &PieceChanges) -> Result<()> {
+        if self.authorize_first(&changes.counted) {
+            self.authorize_pieces(changes).await?;
+            self.revoke_pieces(changes).await
+        } else {
+            self.revoke_pieces(changes).await?;
+            self.authorize_pieces(changes).await
+        }
+    }
+
+    async fn authorize_pieces(&self, changes: &PieceChanges) -> Result<()> {
+        if changes.add.is_empty() {
+            return Ok(());
+        }
         let group_id = changes.counted.group_id.as_str();
-        let role = changes.counted.role;
-        if !changes.remove.is_empty() {
-            tracing::info!(group = group_id, role = %role, rules = changes.remove.len(), "revoking load-balancer rules of security group");
-            self.revoke(group_id, &changes.remove).await?;
-        }
-        if !changes.add.is_empty() {
-            tracing::info!(group = group_id, role = %role, rules = changes.add.len(), "authorizing load-balancer rules in security group");
-            self.clients
-                .ec2
-                .authorize_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(changes.add.iter().map(permission).collect()))
-                .send()
-                .await
-                .api("AuthorizeSecurityGroupIngress")?;
-        }
+        tracing::info!(group = group_id, role = %changes.counted.role, rules = changes.add.len(), "authorizing load-balancer rules in security group");
+        self.clients
+            .ec2
+            .authorize_security_group_ingress()
+            .group_id(group_id)
+            .set_ip_permissions(Some(changes.add.iter().map(permission).collect()))
+            .send()
+            .await
+            .api("AuthorizeSecurityGroupIngress")?;
         Ok(())
+    }
+
+    async fn revoke_pieces(&self, changes: &PieceChanges) -> Result<()> {
+        if changes.remove.is_empty() {
+            return Ok(());
+        }
+        let group_id = changes.counted.group_id.as_str();
+        tracing::info!(group = group_id, role = %changes.counted.role, rules = changes.remove.len(), "revoking load-balancer rules of security group");
+        self.revoke(group_id, &changes.remove).await
     }
 
     async fn revoke(&self, group_id: &str, pieces: &[RulePiece]) -> Result<()> {
