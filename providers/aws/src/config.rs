@@ -133,6 +133,12 @@ pub struct ServiceOverride {
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// Default for `InstanceCacheTTL`.
 pub const DEFAULT_INSTANCE_CACHE_TTL: Duration = Duration::from_secs(30);
+/// Default for `SecurityGroupRulesLimit`: AWS's default quota of inbound (and of outbound) rules per security
+/// group.
+pub const DEFAULT_SECURITY_GROUP_RULES_LIMIT: u32 = 60;
+/// The highest `SecurityGroupRulesLimit`: AWS's ceiling of rules per group times groups per network interface
+/// (1,000) with a single group per interface.
+pub const MAX_SECURITY_GROUP_RULES_LIMIT: u32 = 1000;
 
 /// The parsed cloud-config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +177,10 @@ pub struct CloudConfig {
     /// `InstanceCacheTTL`: how stale cached instance data may be for the node lifecycle and address loops
     /// (default 30s; `0` disables the cache).
     pub instance_cache_ttl: Duration,
+    /// `SecurityGroupRulesLimit`: the rules a security group may hold per direction (and per IP family), as
+    /// the account's quota allows; `None` when not set (then [`DEFAULT_SECURITY_GROUP_RULES_LIMIT`], see
+    /// [`CloudConfig::security_group_rules_limit`]).
+    pub security_group_rules_limit: Option<u32>,
     /// The `[ServiceOverride "N"]` sections, in file order.
     pub service_overrides: Vec<ServiceOverride>,
     /// `ClusterServiceLoadBalancerHealthProbeMode` with `ClusterServiceSharedLoadBalancerHealthProbePort` and
@@ -217,6 +227,7 @@ impl Default for CloudConfig {
             retry_mode: RetryMode::Standard,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             instance_cache_ttl: DEFAULT_INSTANCE_CACHE_TTL,
+            security_group_rules_limit: None,
             service_overrides: Vec::new(),
             cluster_health_probe: ClusterHealthProbe::default(),
         }
@@ -347,6 +358,7 @@ enum GlobalKey {
     RetryMode,
     MaxAttempts,
     InstanceCacheTtl,
+    SecurityGroupRulesLimit,
     HealthProbeMode,
     SharedHealthProbePort,
     SharedHealthProbePath,
@@ -373,6 +385,10 @@ const GLOBAL_KEYS: &[(&str, GlobalKey)] = &[
     ("RetryMode", GlobalKey::RetryMode),
     ("MaxAttempts", GlobalKey::MaxAttempts),
     ("InstanceCacheTTL", GlobalKey::InstanceCacheTtl),
+    (
+        "SecurityGroupRulesLimit",
+        GlobalKey::SecurityGroupRulesLimit,
+    ),
     (
         "ClusterServiceLoadBalancerHealthProbeMode",
         GlobalKey::HealthProbeMode,
@@ -655,6 +671,9 @@ impl CloudConfig {
                         v.invalid("must be a duration such as 30s, 2m or 0 (at most 1h)")
                     })?
                 }
+                GlobalKey::SecurityGroupRulesLimit => {
+                    self.security_group_rules_limit = Some(rules_limit(&v)?)
+                }
                 GlobalKey::HealthProbeMode => {
                     probe.shared = match v.text().trim() {
                         "" | "ServiceNodePort" => false,
@@ -684,12 +703,30 @@ impl CloudConfig {
         Ok(())
     }
 
+    /// The rules a security group may hold per direction and IP family: `SecurityGroupRulesLimit`, else
+    /// [`DEFAULT_SECURITY_GROUP_RULES_LIMIT`].
+    pub fn security_group_rules_limit(&self) -> u32 {
+        self.security_group_rules_limit
+            .unwrap_or(DEFAULT_SECURITY_GROUP_RULES_LIMIT)
+    }
+
     /// The override redirecting the requests of a client of `service` in `region`, if any (the region does
     /// not matter for the instance metadata service).
     pub fn service_override(&self, service: AwsService, region: &str) -> Option<&ServiceOverride> {
         self.service_overrides.iter().find(|o| {
             o.service.covers(service) && (o.region == region || service == AwsService::Imds)
         })
+    }
+}
+
+/// A `SecurityGroupRulesLimit` value: a whole number from 1 to [`MAX_SECURITY_GROUP_RULES_LIMIT`].
+fn rules_limit(v: &Value<'_>) -> Result<u32, ConfigError> {
+    match v.text().trim().parse::<u32>() {
+        Ok(n @ 1..=MAX_SECURITY_GROUP_RULES_LIMIT) => Ok(n),
+        _ => Err(v.invalid(format!(
+            "must be a whole number from 1 to {MAX_SECURITY_GROUP_RULES_LIMIT} (the account's quota of \
+             rules per security group; AWS's default is {DEFAULT_SECURITY_GROUP_RULES_LIMIT})"
+        ))),
     }
 }
 
@@ -894,6 +931,33 @@ mod tests {
         assert_eq!(d.node_ip_families, vec![IpFamily::Ipv4]);
         assert_eq!(d.retry_mode, RetryMode::Standard);
         assert_eq!(d.max_attempts, DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(d.security_group_rules_limit, None);
+        assert_eq!(d.security_group_rules_limit(), 60);
+    }
+
+    /// `SecurityGroupRulesLimit` takes 1 to 1,000; anything else stops start-up naming the key and line.
+    #[test]
+    fn security_group_rules_limit() {
+        let limit = |value: &str| {
+            CloudConfig::parse(format!("[Global]\nSecurityGroupRulesLimit = {value}\n").as_bytes())
+                .map(|c| c.security_group_rules_limit())
+        };
+        assert_eq!(limit("1"), Ok(1));
+        assert_eq!(limit(" 120 "), Ok(120));
+        assert_eq!(limit("1000"), Ok(1000));
+        for bad in ["0", "-1", "1001", "sixty", "60.5", "", "6 0", "0x3c"] {
+            let message = limit(bad).unwrap_err().to_string();
+            for fragment in [
+                "SecurityGroupRulesLimit",
+                "line 2",
+                "must be a whole number from 1 to 1000",
+            ] {
+                assert!(message.contains(fragment), "{bad:?}: {message}");
+            }
+        }
+        let message =
+            err("[Global]\nSecurityGroupRulesLimit = 100\nSecurityGroupRulesLimit = 200\n");
+        assert!(message.contains("more than once"), "{message}");
     }
 
     #[test]
@@ -917,6 +981,7 @@ NodeIPFamilies = ipv4
 RetryMode = adaptive
 MaxAttempts = 8
 InstanceCacheTTL = 2m
+SecurityGroupRulesLimit = 200
 ClusterServiceLoadBalancerHealthProbeMode = Shared
 ClusterServiceSharedLoadBalancerHealthProbePort = 8080
 ClusterServiceSharedLoadBalancerHealthProbePath = /ready
@@ -945,6 +1010,8 @@ NLBSecurityGroupMode =
         assert_eq!(cfg.retry_mode, RetryMode::Adaptive);
         assert_eq!(cfg.max_attempts, 8);
         assert_eq!(cfg.instance_cache_ttl, Duration::from_secs(120));
+        assert_eq!(cfg.security_group_rules_limit, Some(200));
+        assert_eq!(cfg.security_group_rules_limit(), 200);
         assert_eq!(
             cfg.cluster_health_probe,
             ClusterHealthProbe::Shared {

@@ -13,6 +13,7 @@
 pub mod classic;
 pub(crate) mod elbv2;
 pub mod naming;
+pub mod rule_budget;
 pub(crate) mod security_groups;
 pub mod spec;
 pub(crate) mod subnets;
@@ -289,18 +290,15 @@ impl AwsCloud {
             })
     }
 
-    /// Creates the load balancer.
+    /// Creates the load balancer in `subnets`.
     async fn create_nlb(
         &self,
         name: &str,
         spec: &LbSpec,
-        vpc_id: &str,
+        subnets: &[SubnetInfo],
         tags: &BTreeMap<String, String>,
     ) -> Result<LbInfo> {
-        let subnets = self
-            .load_balancer_subnets(spec.subnets.as_deref(), spec.internal, vpc_id)
-            .await?;
-        let mappings = subnet_mappings(spec, &subnets)?;
+        let mappings = subnet_mappings(spec, subnets)?;
         tracing::info!(
             load_balancer = name,
             service = %spec.service_name(),
@@ -531,23 +529,45 @@ impl AwsCloud {
             .filter(|i| i.vpc_id.is_empty() || i.vpc_id == vpc_id)
             .map(|i| i.id.clone())
             .collect();
+        let target_instances: Vec<Arc<Ec2Instance>> = instances
+            .into_iter()
+            .filter(|i| targets.contains(&i.id))
+            .collect();
+        let new_subnets = match &existing {
+            Some(_) => Vec::new(),
+            None => {
+                self.load_balancer_subnets(spec.subnets.as_deref(), spec.internal, &vpc_id)
+                    .await?
+            }
+        };
+        // The node rules must fit their groups' rule limit before anything is created or changed.
+        let health_cidrs = match &existing {
+            _ if self.config.disable_security_group_ingress => Vec::new(),
+            Some(lb) => self.load_balancer_subnet_cidrs(lb).await?,
+            None => new_subnets.iter().filter_map(|s| s.cidr).collect(),
+        };
+        let wanted = Some((&spec, health_cidrs.as_slice()));
+        let rules = self
+            .plan_security_groups(&name, wanted, &vpc_id, &target_instances)
+            .await?;
+        self.check_rule_limit(&rules.changes())?;
         let lb = match existing {
             Some(lb) => {
                 self.update_nlb(&lb, &spec, &tags).await?;
                 lb
             }
-            None => self.create_nlb(&name, &spec, &vpc_id, &tags).await?,
+            None => self.create_nlb(&name, &spec, &new_subnets, &tags).await?,
         };
         self.sync_load_balancer_attributes(&lb.arn, &wanted_lb_attributes(&spec))
             .await?;
         self.sync_listeners(cluster_name, &lb, &spec, &vpc_id, &targets, &tags)
             .await?;
-        let target_instances: Vec<Arc<Ec2Instance>> = instances
-            .into_iter()
-            .filter(|i| targets.contains(&i.id))
-            .collect();
-        self.sync_security_groups(&name, Some((&spec, &lb)), &vpc_id, &target_instances)
-            .await?;
+        // Planned again from the groups as they are now (another sync may have changed them meanwhile),
+        // unless nothing was to change; checked again before the first change.
+        if !rules.is_empty() {
+            self.sync_security_groups(&name, wanted, &vpc_id, &target_instances)
+                .await?;
+        }
         Ok(status(&lb))
     }
 

@@ -12,6 +12,10 @@
 //!
 //! The security group of an instance is the one among its groups tagged for the cluster; an instance with no
 //! tagged group and exactly one group uses that one; anything else is an error, as upstream.
+//!
+//! Every group's changes are planned and counted against the rule limit ([`super::rule_budget`]) before
+//! the first rule of any group is changed; within a group, new rules are authorized before stale ones are
+//! revoked (as upstream does) when the group can hold both, else stale ones go first to make room.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -22,6 +26,7 @@ use ipnet::IpNet;
 
 use super::elbv2::LbInfo;
 use super::naming::{RULE_CLIENT, RULE_MTU, client_rule_description, health_rule_description};
+use super::rule_budget::{GroupRole, IngressChange, RuleCount};
 use super::spec::{LbSpec, Protocol};
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
@@ -53,6 +58,37 @@ pub(crate) struct GroupPlan {
 impl GroupPlan {
     pub(crate) fn is_empty(&self) -> bool {
         self.add.is_empty() && self.remove.is_empty()
+    }
+
+    /// The plan of node group `group`, counted against the rule limit.
+    pub(crate) fn counted(&self, group: &GroupInfo) -> IngressChange {
+        IngressChange {
+            group_id: group.id.clone(),
+            role: GroupRole::Node,
+            current: group.ingress,
+            authorize: RuleCount::sum(self.add.iter().map(|(k, _)| RuleCount::of_cidr(&k.cidr))),
+            revoke: RuleCount::sum(self.remove.iter().map(|k| RuleCount::of_cidr(&k.cidr))),
+        }
+    }
+}
+
+/// The changes of one load balancer's rules in every node group of the VPC, planned before any is made.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeRulesPlan {
+    /// The groups to change (in the order of their IDs), each with its change counted against the rule
+    /// limit.
+    pub(crate) groups: Vec<(GroupPlan, IngressChange)>,
+}
+
+impl NodeRulesPlan {
+    /// Whether no group changes.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The counted changes, for the rule-limit check.
+    pub(crate) fn changes(&self) -> Vec<IngressChange> {
+        self.groups.iter().map(|(_, c)| c.clone()).collect()
     }
 }
 
@@ -202,7 +238,10 @@ pub(crate) fn plan_group(
 pub(crate) struct GroupInfo {
     pub(crate) id: String,
     pub(crate) tags: Vec<(String, String)>,
+    /// The ingress rules from CIDRs (those load-balancer rules are among).
     pub(crate) rules: Vec<ExistingRule>,
+    /// Every ingress rule (groups and prefix lists included), as counted against the rule limit.
+    pub(crate) ingress: RuleCount,
 }
 
 impl From<&SecurityGroup> for GroupInfo {
@@ -239,6 +278,7 @@ impl From<&SecurityGroup> for GroupInfo {
                 })
                 .collect(),
             rules,
+            ingress: RuleCount::of_permissions(g.ip_permissions()),
         }
     }
 }
@@ -378,32 +418,32 @@ impl AwsCloud {
         Ok(found.iter().filter_map(|s| s.cidr).collect())
     }
 
-    /// Brings the node security groups in `vpc_id` in line with the load balancer: with `wanted` (the
-    /// Service's spec and its load balancer), its rules in the groups of `targets` and none anywhere else;
-    /// without, every rule of the load balancer goes.
-    pub(crate) async fn sync_security_groups(
+    /// Plans the node security groups in `vpc_id` in line with the load balancer: with `wanted` (the
+    /// Service's spec and the CIDRs its health checks come from), its rules in the groups of `targets` and
+    /// none anywhere else; without, every rule of the load balancer goes. Nothing is changed.
+    pub(crate) async fn plan_security_groups(
         &self,
         lb_name: &str,
-        wanted: Option<(&LbSpec, &LbInfo)>,
+        wanted: Option<(&LbSpec, &[IpNet])>,
         vpc_id: &str,
         targets: &[Arc<Ec2Instance>],
-    ) -> Result<()> {
+    ) -> Result<NodeRulesPlan> {
         if self.config.disable_security_group_ingress {
-            return Ok(());
+            return Ok(NodeRulesPlan::default());
         }
         let groups = self.vpc_security_groups(vpc_id).await?;
         let mut target_groups: BTreeSet<String> = BTreeSet::new();
         let mut desired = BTreeMap::new();
-        if let Some((spec, lb)) = wanted {
+        if let Some((spec, health_cidrs)) = wanted {
             for inst in targets {
                 target_groups.extend(instance_group(inst, &groups, &self.tagging)?);
             }
-            let health_cidrs = self.load_balancer_subnet_cidrs(lb).await?;
-            desired = desired_rules(lb_name, spec, &client_cidrs(spec), &health_cidrs);
+            desired = desired_rules(lb_name, spec, &client_cidrs(spec), health_cidrs);
         }
         let none = BTreeMap::new();
         let mut ids: Vec<&String> = groups.keys().collect();
         ids.sort();
+        let mut out = NodeRulesPlan::default();
         for id in ids {
             if self.config.elb_security_group.as_ref() == Some(id) {
                 continue;
@@ -415,21 +455,51 @@ impl AwsCloud {
             };
             let plan = plan_group(lb_name, &groups[id].rules, wanted);
             if !plan.is_empty() {
-                self.apply_group_plan(&groups[id].id, &plan).await?;
+                let counted = plan.counted(&groups[id]);
+                out.groups.push((plan, counted));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks a plan against the rule limit, then makes its changes.
+    async fn apply_security_groups(&self, plan: &NodeRulesPlan) -> Result<()> {
+        self.check_rule_limit(&plan.changes())?;
+        for (group, counted) in &plan.groups {
+            if self.authorize_first(counted) {
+                self.authorize_group_rules(&counted.group_id, &group.add).await?;
+                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
+            } else {
+                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
+                self.authorize_group_rules(&counted.group_id, &group.add).await?;
             }
         }
         Ok(())
     }
 
-    async fn apply_group_plan(&self, group_id: &str, plan: &GroupPlan) -> Result<()> {
-        if !plan.add.is_empty() {
+    /// Plans, checks and makes the node-group changes of [`Self::plan_security_groups`].
+    pub(crate) async fn sync_security_groups(
+        &self,
+        lb_name: &str,
+        wanted: Option<(&LbSpec, &[IpNet])>,
+        vpc_id: &str,
+        targets: &[Arc<Ec2Instance>],
+    ) -> Result<()> {
+        let plan = self
+            .plan_security_groups(lb_name, wanted, vpc_id, targets)
+            .await?;
+        self.apply_security_groups(&plan).await
+    }
+
+    /// Authorizes `add` in the group (one by one when some of them exist already).
+    async fn authorize_group_rules(&self, group_id: &str, add: &[(RuleKey, String)]) -> Result<()> {
+        if !add.is_empty() {
             tracing::info!(
                 group = group_id,
-                rules = plan.add.len(),
+                rules = add.len(),
                 "adding load-balancer rules to security group"
             );
-            let perms: Vec<IpPermission> = plan
-                .add
+            let perms: Vec<IpPermission> = add
                 .iter()
                 .map(|(k, d)| permission(k, Some(d)))
                 .collect();
@@ -466,30 +536,33 @@ impl AwsCloud {
                 Err(e) => return Err(e.into()),
             }
         }
-        if !plan.remove.is_empty() {
-            tracing::info!(
-                group = group_id,
-                rules = plan.remove.len(),
-                "removing load-balancer rules from security group"
-            );
-            let perms: Vec<IpPermission> =
-                plan.remove.iter().map(|k| permission(k, None)).collect();
-            let result = self
-                .clients
-                .ec2
-                .revoke_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(perms))
-                .send()
-                .await
-                .api("RevokeSecurityGroupIngress");
-            match result {
-                Ok(_) => {}
-                Err(e) if e.is_code("InvalidPermission.NotFound") => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
         Ok(())
+    }
+
+    async fn revoke_group_rules(&self, group_id: &str, remove: &[RuleKey]) -> Result<()> {
+        if remove.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            group = group_id,
+            rules = remove.len(),
+            "removing load-balancer rules from security group"
+        );
+        let perms: Vec<IpPermission> = remove.iter().map(|k| permission(k, None)).collect();
+        let result = self
+            .clients
+            .ec2
+            .revoke_security_group_ingress()
+            .group_id(group_id)
+            .set_ip_permissions(Some(perms))
+            .send()
+            .await
+            .api("RevokeSecurityGroupIngress");
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_code("InvalidPermission.NotFound") => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -685,6 +758,7 @@ mod tests {
                 vec![]
             },
             rules: vec![],
+            ingress: RuleCount::default(),
         };
         let groups: HashMap<String, GroupInfo> = [
             ("sg-a".to_string(), group("sg-a", true)),

@@ -698,3 +698,87 @@ async fn ebs_volumes_are_labelled_by_the_controller() {
     .await;
     env.stop().await;
 }
+
+/// A Service whose node rules would take the node group past the rule limit gets a `SyncLoadBalancerFailed`
+/// Warning naming the group, the limit, where it comes from and how to raise it; no rule is written and no
+/// load balancer made. A Service that fits gets its load balancer.
+#[tokio::test]
+async fn rule_limit_refusals_become_warnings() {
+    let world = World::new("ctlbudget").await;
+    let a = world.instance(0).await;
+    let cloud = provider(&world.config("SecurityGroupRulesLimit = 3\n")).await;
+    let mut env = Env::new(cloud.clone()).await;
+    env.create_node(&ready_node(&a)).await;
+    env.run_service_controller();
+
+    // Two source ranges: 2 client, 2 health-check and 2 ICMP rules in the node group.
+    let ranges = (
+        cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+        "203.0.113.0/24,198.51.100.0/24",
+    );
+    let wide = nlb_service("wide", &[("http", 80, "TCP", 0)], &[ranges]);
+    let created = env
+        .services()
+        .create(&PostParams::default(), &wide)
+        .await
+        .unwrap();
+    let expected = format!(
+        "security group rule limit: node security group {} would need 6 inbound IPv4 rules (it holds 0), \
+         more than the limit of 3 (SecurityGroupRulesLimit in the [Global] section of the cloud config); no \
+         security group rule was changed. To raise it, raise the AWS quota \"Inbound or outbound rules per \
+         security group\" (Service Quotas code L-0EA8095F",
+        world.node_sg
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "rule-limit Warning on Service wide",
+        || async {
+            env.warnings("wide", "SyncLoadBalancerFailed")
+                .await
+                .iter()
+                .any(|note| note.contains(&expected))
+        },
+    )
+    .await;
+    assert!(
+        crate::common::sg_rules(&world.ec2, &world.node_sg)
+            .await
+            .is_empty()
+    );
+    let found = elb()
+        .describe_load_balancers()
+        .names(default_load_balancer_name(&created))
+        .send()
+        .await;
+    assert!(
+        found.is_err(),
+        "the refused Service must have no load balancer"
+    );
+
+    // From everyone: one client rule and one ICMP rule fit.
+    let fits = nlb_service("fits", &[("http", 80, "TCP", 0)], &[]);
+    env.services()
+        .create(&PostParams::default(), &fits)
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "status of Service fits",
+        || async {
+            env.services()
+                .get("fits")
+                .await
+                .ok()
+                .and_then(|s| s.status?.load_balancer?.ingress)
+                .is_some_and(|i| !i.is_empty())
+        },
+    )
+    .await;
+    assert_eq!(
+        crate::common::sg_rules(&world.ec2, &world.node_sg)
+            .await
+            .len(),
+        2
+    );
+    env.stop().await;
+}

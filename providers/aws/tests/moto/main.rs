@@ -11,6 +11,7 @@ mod instances;
 mod load_balancers;
 mod nlb_takeover;
 mod routes;
+mod rule_budget;
 mod setup;
 mod takeover;
 mod upstream_peer;

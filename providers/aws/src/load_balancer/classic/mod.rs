@@ -17,7 +17,7 @@ use cloud_provider::{CloudError, Result};
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use self::elb::{ClassicLb, NewClassicLb};
-use self::security_groups::NodeRules;
+use self::security_groups::{NodeRules, NodeRulesChanges, PieceChanges};
 use self::spec::{ClassicSpec, PROXY_PROTOCOL_POLICY, SSL_NEGOTIATION_POLICY_PREFIX};
 use crate::cloud::AwsCloud;
 use crate::instances::Ec2Instance;
@@ -141,9 +141,17 @@ impl AwsCloud {
             .map(|s| s.id)
             .collect();
         let (groups, own_group) = self.classic_security_groups(&name, &spec, &vpc_id).await?;
-        if let Some(own) = &own_group {
-            self.sync_elb_group_ingress(own, &spec).await?;
-        }
+        // Every rule change must fit its group's rule limit before anything is created or changed.
+        let rules = self
+            .plan_classic_rules(RulePlanInput {
+                spec: &spec,
+                own_group: own_group.as_deref(),
+                groups: &groups,
+                existing: existing.as_ref(),
+                vpc_id: &vpc_id,
+                instances: &instances,
+            })
+            .await?;
         let dirty = match &existing {
             None => {
                 self.create_classic_lb(&name, &spec, subnets, groups.clone())
@@ -167,10 +175,84 @@ impl AwsCloud {
                 .await?;
         }
         let targets = in_vpc(instances, &lb.vpc_id);
-        self.sync_node_group_rules(node_rules(&lb, &spec, &targets, &BTreeSet::new()))
+        self.sync_classic_rules(&rules, &spec, own_group.as_deref(), &lb, &targets)
             .await?;
         self.sync_classic_instances(&lb, &targets).await?;
         Ok(classic_status(&lb.dns_name))
+    }
+
+    /// Plans every security-group rule change of a classic sync (the load balancer's own group and the
+    /// node groups) and checks them against the rule limit, before any rule is changed.
+    async fn plan_classic_rules(&self, input: RulePlanInput<'_>) -> Result<ClassicRulePlan> {
+        let own = match input.own_group {
+            Some(group) => Some(self.plan_elb_group_ingress(group, input.spec).await?),
+            None => None,
+        };
+        // The load balancer's groups as AWS will list them: the existing order when they stay the same.
+        let lb_groups = match input.existing {
+            Some(lb) if set_of(&lb.security_groups) == set_of(input.groups) => {
+                lb.security_groups.clone()
+            }
+            _ => input.groups.to_vec(),
+        };
+        let vpc_id = input
+            .existing
+            .map_or(input.vpc_id, |lb| lb.vpc_id.as_str())
+            .to_string();
+        let targets = in_vpc(input.instances.to_vec(), &vpc_id);
+        let nodes = self
+            .plan_node_group_rules(NodeRules {
+                lb_groups: &lb_groups,
+                annotated: &input.spec.security_groups,
+                extra: &input.spec.extra_security_groups,
+                vpc_id: &vpc_id,
+                targets: &targets,
+                deleting: &BTreeSet::new(),
+            })
+            .await?;
+        let counted: Vec<_> = own
+            .iter()
+            .map(|c| c.counted.clone())
+            .chain(nodes.changes())
+            .collect();
+        self.check_rule_limit(&counted)?;
+        Ok(ClassicRulePlan {
+            own,
+            nodes,
+            lb_groups,
+            vpc_id,
+        })
+    }
+
+    /// The rule changes of a classic sync once its load balancer is up to date: planned again from the
+    /// groups as they are now (another sync may have changed them since `first`) and checked again before
+    /// the first rule changes, unless nothing was to change and `first`'s assumptions hold. The load
+    /// balancer's own group changes first, then the node groups.
+    async fn sync_classic_rules(
+        &self,
+        first: &ClassicRulePlan,
+        spec: &ClassicSpec,
+        own_group: Option<&str>,
+        lb: &ClassicLb,
+        targets: &[Arc<Ec2Instance>],
+    ) -> Result<()> {
+        if first.is_empty() && first.holds_for(lb) {
+            return Ok(());
+        }
+        let plan = self
+            .plan_classic_rules(RulePlanInput {
+                spec,
+                own_group,
+                groups: &lb.security_groups,
+                existing: Some(lb),
+                vpc_id: &lb.vpc_id,
+                instances: targets,
+            })
+            .await?;
+        for group in plan.own.iter().chain(&plan.nodes.groups) {
+            self.apply_piece_changes(group).await?;
+        }
+        Ok(())
     }
 
     async fn create_classic_lb(
@@ -463,6 +545,45 @@ impl AwsCloud {
             }
         }
         self.delete_groups(&to_delete).await
+    }
+}
+
+/// What the rule plan of a classic sync starts from.
+struct RulePlanInput<'a> {
+    spec: &'a ClassicSpec,
+    /// The load balancer's own group, when it has one (its ingress is managed).
+    own_group: Option<&'a str>,
+    /// The security groups the load balancer is to have.
+    groups: &'a [String],
+    /// The load balancer, when it exists.
+    existing: Option<&'a ClassicLb>,
+    /// The VPC of a new load balancer.
+    vpc_id: &'a str,
+    /// The cluster's instances behind the selected nodes.
+    instances: &'a [Arc<Ec2Instance>],
+}
+
+/// The security-group rule changes of a classic sync, checked against the rule limit.
+struct ClassicRulePlan {
+    /// The changes of the load balancer's own group.
+    own: Option<PieceChanges>,
+    /// The changes of the node groups.
+    nodes: NodeRulesChanges,
+    /// The load balancer's groups the node plan assumed.
+    lb_groups: Vec<String>,
+    /// The VPC the node plan assumed.
+    vpc_id: String,
+}
+
+impl ClassicRulePlan {
+    /// Whether no rule changes.
+    fn is_empty(&self) -> bool {
+        self.own.as_ref().is_none_or(PieceChanges::is_empty) && self.nodes.groups.is_empty()
+    }
+
+    /// Whether the node plan assumed the load balancer as it is after its update.
+    fn holds_for(&self, lb: &ClassicLb) -> bool {
+        lb.security_groups == self.lb_groups && lb.vpc_id == self.vpc_id
     }
 }
 

@@ -7,6 +7,10 @@
 //!   source ranges, and nothing else.
 //! - Each target's node security group admits all traffic from the load balancer's group (one rule,
 //!   protocol `-1`, source the group), unless `DisableSecurityGroupIngress`.
+//!
+//! Changes are planned as [`PieceChanges`] and counted against the rule limit ([`crate::load_balancer::rule_budget`])
+//! before any rule of any group is changed; within a group, new rules are authorized before stale ones
+//! are revoked (as upstream does) when the group can hold both, else stale ones go first to make room.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use super::spec::ClassicSpec;
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::instances::Ec2Instance;
+use crate::load_balancer::rule_budget::{GroupRole, IngressChange, RuleCount};
 use crate::load_balancer::security_groups::{GroupInfo, instance_group};
 
 /// The name of a load balancer's own security group.
@@ -51,6 +56,68 @@ pub(crate) struct RulePiece {
     pub(crate) from_port: Option<i32>,
     pub(crate) to_port: Option<i32>,
     pub(crate) source: Source,
+}
+
+impl RulePiece {
+    /// How the piece counts against the rule limit.
+    fn counts_as(&self) -> RuleCount {
+        match &self.source {
+            Source::Cidr(cidr) => RuleCount::of_cidr(cidr),
+            Source::Group(_) | Source::PrefixList(_) => RuleCount::REFERENCE,
+        }
+    }
+}
+
+/// The rules to revoke from and authorize in one group, counted against the rule limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PieceChanges {
+    /// The change as counted (the group's ID, role and rule counts).
+    pub(crate) counted: IngressChange,
+    /// The pieces to authorize.
+    pub(crate) add: Vec<RulePiece>,
+    /// The pieces to revoke.
+    pub(crate) remove: Vec<RulePiece>,
+}
+
+impl PieceChanges {
+    /// The changes of `group`, counted.
+    pub(crate) fn new(
+        group: &SecurityGroup,
+        role: GroupRole,
+        add: Vec<RulePiece>,
+        remove: Vec<RulePiece>,
+    ) -> Self {
+        PieceChanges {
+            counted: IngressChange {
+                group_id: group.group_id().unwrap_or_default().to_string(),
+                role,
+                current: RuleCount::of_permissions(group.ip_permissions()),
+                authorize: RuleCount::sum(add.iter().map(RulePiece::counts_as)),
+                revoke: RuleCount::sum(remove.iter().map(RulePiece::counts_as)),
+            },
+            add,
+            remove,
+        }
+    }
+
+    /// Whether nothing changes.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// The node-group changes of one load balancer, group by group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeRulesChanges {
+    /// The groups that change.
+    pub(crate) groups: Vec<PieceChanges>,
+}
+
+impl NodeRulesChanges {
+    /// The counted changes, for the rule-limit check.
+    pub(crate) fn changes(&self) -> impl Iterator<Item = IngressChange> + '_ {
+        self.groups.iter().map(|g| g.counted.clone())
+    }
 }
 
 /// The pieces of a security group's ingress rules.
@@ -323,12 +390,12 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// Brings the load balancer's own group's ingress to exactly the desired rules.
-    pub(crate) async fn sync_elb_group_ingress(
+    /// The changes that bring the load balancer's own group's ingress to exactly the desired rules.
+    pub(crate) async fn plan_elb_group_ingress(
         &self,
         group_id: &str,
         spec: &ClassicSpec,
-    ) -> Result<()> {
+    ) -> Result<PieceChanges> {
         let out = self
             .clients
             .ec2
@@ -342,30 +409,50 @@ impl AwsCloud {
             .first()
             .ok_or_else(|| CloudError::provider(format!("security group not found: {group_id}")))?;
         let (add, remove) = ingress_changes(&desired_elb_ingress(spec), &pieces(group));
-        if !add.is_empty() {
-            tracing::info!(
-                group = group_id,
-                rules = add.len(),
-                "admitting clients in load-balancer security group"
-            );
-            self.clients
-                .ec2
-                .authorize_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(add.iter().map(permission).collect()))
-                .send()
-                .await
-                .api("AuthorizeSecurityGroupIngress")?;
+        Ok(PieceChanges::new(
+            group,
+            GroupRole::LoadBalancer,
+            add,
+            remove,
+        ))
+    }
+
+    /// Makes one group's changes: authorizes, then revokes, when the group can hold both (so a failure in
+    /// between never shuts clients out); revokes first when it could not (to make room).
+    pub(crate) async fn apply_piece_changes(&self, changes: &PieceChanges) -> Result<()> {
+        if self.authorize_first(&changes.counted) {
+            self.authorize_pieces(changes).await?;
+            self.revoke_pieces(changes).await
+        } else {
+            self.revoke_pieces(changes).await?;
+            self.authorize_pieces(changes).await
         }
-        if !remove.is_empty() {
-            tracing::info!(
-                group = group_id,
-                rules = remove.len(),
-                "revoking stale rules of load-balancer security group"
-            );
-            self.revoke(group_id, &remove).await?;
+    }
+
+    async fn authorize_pieces(&self, changes: &PieceChanges) -> Result<()> {
+        if changes.add.is_empty() {
+            return Ok(());
         }
+        let group_id = changes.counted.group_id.as_str();
+        tracing::info!(group = group_id, role = %changes.counted.role, rules = changes.add.len(), "authorizing load-balancer rules in security group");
+        self.clients
+            .ec2
+            .authorize_security_group_ingress()
+            .group_id(group_id)
+            .set_ip_permissions(Some(changes.add.iter().map(permission).collect()))
+            .send()
+            .await
+            .api("AuthorizeSecurityGroupIngress")?;
         Ok(())
+    }
+
+    async fn revoke_pieces(&self, changes: &PieceChanges) -> Result<()> {
+        if changes.remove.is_empty() {
+            return Ok(());
+        }
+        let group_id = changes.counted.group_id.as_str();
+        tracing::info!(group = group_id, role = %changes.counted.role, rules = changes.remove.len(), "revoking load-balancer rules of security group");
+        self.revoke(group_id, &changes.remove).await
     }
 
     async fn revoke(&self, group_id: &str, pieces: &[RulePiece]) -> Result<()> {
@@ -394,12 +481,15 @@ impl AwsCloud {
         )
     }
 
-    /// Node security-group rules from the load balancer's source group: the groups of the targets admit it,
-    /// cluster-tagged groups of no target stop admitting it (every group when the source group is being
-    /// deleted).
-    pub(crate) async fn sync_node_group_rules(&self, want: NodeRules<'_>) -> Result<()> {
+    /// The node security-group rules from the load balancer's source group: the groups of the targets admit
+    /// it, cluster-tagged groups of no target stop admitting it (every group when the source group is being
+    /// deleted). Nothing is changed.
+    pub(crate) async fn plan_node_group_rules(
+        &self,
+        want: NodeRules<'_>,
+    ) -> Result<NodeRulesChanges> {
         if self.config.disable_security_group_ingress || want.lb_groups.is_empty() {
-            return Ok(());
+            return Ok(NodeRulesChanges::default());
         }
         let groups = self.vpc_group_descriptions(want.vpc_id).await?;
         let tagged: BTreeSet<String> = groups
@@ -408,7 +498,7 @@ impl AwsCloud {
             .filter_map(|g| g.group_id().map(str::to_string))
             .collect();
         let Some(source) = source_group(want.lb_groups, want.annotated, want.extra, &tagged) else {
-            return Ok(());
+            return Ok(NodeRulesChanges::default());
         };
         let deleting = want.deleting.contains(&source);
         let infos: HashMap<String, GroupInfo> = groups
@@ -425,32 +515,40 @@ impl AwsCloud {
         let configured = self.config.elb_security_group.as_deref();
         let mut ids: Vec<&String> = groups.keys().collect();
         ids.sort();
-        for id in ids {
-            if Some(id.as_str()) == configured {
-                continue;
-            }
+        let mut out = Vec::new();
+        for id in ids.into_iter().filter(|id| Some(id.as_str()) != configured) {
             let present = pieces(&groups[id]);
-            let references = present
-                .iter()
-                .any(|p| p.source == Source::Group(source.clone()));
-            if wanted.contains(id) {
-                if !references {
-                    tracing::info!(group = %id, source = %source, "admitting load balancer in node security group");
-                    self.clients
-                        .ec2
-                        .authorize_security_group_ingress()
-                        .group_id(id)
-                        .ip_permissions(permission(&rule))
-                        .send()
-                        .await
-                        .api("AuthorizeSecurityGroupIngress")?;
-                }
+            let (add, remove) = if wanted.contains(id) {
+                // Any rule from the source group will do.
+                let admitted = present.iter().any(|p| p.source == rule.source);
+                let add = (!admitted).then(|| rule.clone());
+                (add.into_iter().collect(), Vec::new())
             } else if (deleting || tagged.contains(id)) && present.contains(&rule) {
-                tracing::info!(group = %id, source = %source, "removing load-balancer rule from node security group");
-                self.revoke(id, std::slice::from_ref(&rule)).await?;
+                (vec![], vec![rule.clone()])
+            } else {
+                continue;
+            };
+            let changes = PieceChanges::new(&groups[id], GroupRole::Node, add, remove);
+            if !changes.is_empty() {
+                out.push(changes);
             }
         }
+        Ok(NodeRulesChanges { groups: out })
+    }
+
+    /// Checks node-rule changes against the rule limit, then makes them.
+    async fn apply_node_group_rules(&self, changes: &NodeRulesChanges) -> Result<()> {
+        self.check_rule_limit(&changes.changes().collect::<Vec<_>>())?;
+        for group in &changes.groups {
+            self.apply_piece_changes(group).await?;
+        }
         Ok(())
+    }
+
+    /// Plans, checks and makes the node-rule changes of [`Self::plan_node_group_rules`].
+    pub(crate) async fn sync_node_group_rules(&self, want: NodeRules<'_>) -> Result<()> {
+        let changes = self.plan_node_group_rules(want).await?;
+        self.apply_node_group_rules(&changes).await
     }
 
     /// Revokes every rule of the VPC's cluster-tagged groups that admits traffic from `group` (before that
