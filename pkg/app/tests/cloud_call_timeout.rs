@@ -207,7 +207,7 @@ async fn a_call_blocking_the_runtime_is_reported_while_it_blocks() {
     let asker = {
         let url = url.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(700));
+            std::thread::sleep(Duration::from_millis(1700));
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -217,7 +217,7 @@ async fn a_call_blocking_the_runtime_is_reported_while_it_blocks() {
     };
     let answer = calls
         .run("instance_metadata_bulk", async {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(2700));
             Ok(())
         })
         .await;

@@ -9,8 +9,9 @@
 //! "instance not found").
 //!
 //! The controller's health check (`/healthz`, `/readyz`) fails while
-//! - a call has been in flight for longer than the timeout: the timeout could not free the worker (a
-//!   provider future that blocks its thread instead of yielding), so the worker is hung; or
+//! - a call has been in flight for longer than the timeout (by more than [`HUNG_GRACE`], the time a timeout
+//!   that fired may take to be acted on): the timeout could not free the worker (a provider future that
+//!   blocks its thread instead of yielding), so the worker is hung; or
 //! - the controller's last cloud call timed out and no call has been answered since.
 //!
 //! It passes again with the next answered call (a result, or an answer about the object such as "instance
@@ -26,6 +27,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::metrics::ControllerMetrics;
+
+/// How long past the timeout a call must still be in flight to count as hung: a timeout that fired needs
+/// its task to be run to take effect, and a busy runtime may take a moment.
+pub const HUNG_GRACE: Duration = Duration::from_secs(1);
 
 /// A call in flight: its operation and when it started.
 #[derive(Clone, Copy)]
@@ -221,12 +226,14 @@ impl CloudCalls {
         CloudError::timeout(operation, self.timeout)
     }
 
-    /// Healthy unless a call is hung (in flight for longer than the timeout) or the last call timed out
+    /// Healthy unless a call is hung (in flight for longer than the timeout and [`HUNG_GRACE`]) or the last
+    /// call timed out
     /// and none has been answered since; the message names the operation and for how long.
     pub fn health(&self) -> std::result::Result<(), String> {
         let now = Instant::now();
         let state = self.state.lock();
-        let is_hung = |call: &&InFlight| now.saturating_duration_since(call.started) > self.timeout;
+        let limit = self.timeout + HUNG_GRACE;
+        let is_hung = |call: &&InFlight| now.saturating_duration_since(call.started) > limit;
         let hung = state.slots.iter().flatten().filter(is_hung).count();
         let oldest = state
             .slots
@@ -345,9 +352,13 @@ mod tests {
         // flight: hold its slot as such a call would.
         let first = c.begin("instance_states");
         let second = c.begin("list_routes");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(c.health(), Ok(()), "in flight, not yet past the timeout");
-        tokio::time::sleep(Duration::from_millis(1150)).await;
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+        assert_eq!(
+            c.health(),
+            Ok(()),
+            "in flight, not past the timeout and the grace"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(
             c.health().unwrap_err(),
             "cloud call instance_states has been in flight for 1.2s, longer than --cloud-call-timeout \

@@ -213,7 +213,7 @@ impl CloudProvider for BlockingRoutes {
 impl Routes for BlockingRoutes {
     async fn list_routes(&self, cluster_name: &str) -> cloud_provider::Result<Vec<Route>> {
         if self.block_next.swap(false, Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(2500));
         }
         self.fake.list_routes(cluster_name).await
     }
