@@ -631,7 +631,7 @@ async fn start_serving(
     let listener = serving::bind(settings.address).await?;
     let address = listener.local_addr().unwrap_or(settings.address);
     tracing::info!(%address, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
-    serving::spawn(listener, tls_config, serving::router(Arc::new(state)), stop);
+    serving::spawn(listener, tls_config, serving::router(Arc::new(state)), stop)?;
     Ok(())
 }
 

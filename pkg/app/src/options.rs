@@ -191,6 +191,15 @@ pub struct Options {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, help_heading = "Controllers")]
     pub route_reconciliation_period: Duration,
 
+    /// How long one cloud provider call of a controller may take before it is abandoned: the object is
+    /// retried with backoff and the controller's health check fails until a call is answered again; a call
+    /// still running past it (a provider blocking its thread) also fails the check. Greater than 0, at most
+    /// 1h. The default leaves room for the providers' own limits (an AWS SDK operation may take 120s with
+    /// retries and a bulk lookup makes two; a DigitalOcean request 30s per attempt over 6 attempts);
+    /// upstream has no timeout.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Controllers")]
+    pub cloud_call_timeout: Duration,
+
     /// Number of nodes synced concurrently by cloud-node-controller (at least 1).
     #[arg(
         long,
@@ -377,6 +386,11 @@ mod tests {
         assert_eq!(o.node_monitor_period, Duration::from_secs(5));
         assert_eq!(o.node_status_update_frequency, Duration::from_secs(300));
         assert_eq!(o.route_reconciliation_period, Duration::from_secs(10));
+        assert_eq!(o.cloud_call_timeout, Duration::from_secs(300));
+        assert_eq!(
+            o.cloud_call_timeout,
+            cloud_controllers::DEFAULT_CLOUD_CALL_TIMEOUT
+        );
         assert_eq!(o.concurrent_node_syncs, 1);
         assert_eq!(o.concurrent_service_syncs, 1);
         assert_eq!(o.kube_api_qps, 20.0);
@@ -442,6 +456,24 @@ mod tests {
         let err = Options::try_parse_from(["ccm", "--node-monitor-period=5"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("missing unit"), "{err}");
+    }
+
+    #[test]
+    fn cloud_call_timeout_takes_go_durations() {
+        assert_eq!(
+            parse(&["--cloud-call-timeout=1m30s"]).cloud_call_timeout,
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse(&["--cloud-call-timeout", "2.5s"]).cloud_call_timeout,
+            Duration::from_millis(2500)
+        );
+        for bad in ["30", "-5s", "soon", ""] {
+            let err = Options::try_parse_from(["ccm", &format!("--cloud-call-timeout={bad}")])
+                .unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+            assert!(err.to_string().contains("--cloud-call-timeout"), "{err}");
+        }
     }
 
     #[test]

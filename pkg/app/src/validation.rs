@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::ControllerConfig;
+use cloud_controllers::{ControllerConfig, MAX_CLOUD_CALL_TIMEOUT};
 use cloud_provider::RegistryError;
 use ipnet::IpNet;
 
@@ -191,6 +191,16 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             errors.push(format!("{flag} must be greater than 0"));
         }
     }
+    let cloud_call_timeout = options.cloud_call_timeout;
+    if cloud_call_timeout.is_zero() {
+        errors.push("--cloud-call-timeout must be greater than 0".to_string());
+    } else if cloud_call_timeout > MAX_CLOUD_CALL_TIMEOUT {
+        errors.push(format!(
+            "--cloud-call-timeout must be at most {}, got {}",
+            format_duration(MAX_CLOUD_CALL_TIMEOUT),
+            format_duration(cloud_call_timeout)
+        ));
+    }
     let concurrent_node_syncs = positive_count(
         "--concurrent-node-syncs",
         options.concurrent_node_syncs,
@@ -236,6 +246,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         concurrent_node_syncs,
         concurrent_service_syncs,
         node_deletion_max_percent,
+        cloud_call_timeout,
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
         event_clients: Default::default(),
@@ -583,6 +594,18 @@ mod tests {
                 &["--route-reconciliation-period=0ms"],
                 "--route-reconciliation-period must be greater than 0",
             ),
+            (
+                &["--cloud-call-timeout=0s"],
+                "--cloud-call-timeout must be greater than 0",
+            ),
+            (
+                &["--cloud-call-timeout=1h0m0.001s"],
+                "--cloud-call-timeout must be at most 1h0m0s, got 1h0m0.001s",
+            ),
+            (
+                &["--cloud-call-timeout=48h"],
+                "--cloud-call-timeout must be at most 1h0m0s, got 48h0m0s",
+            ),
             (&["--cluster-name="], "--cluster-name must not be empty"),
             (
                 &["--master=not a url"],
@@ -680,6 +703,7 @@ mod tests {
                 "--leader-elect-renew-deadline=1s",
                 "--leader-elect-retry-period=500ms",
                 "--cloud-config=",
+                "--cloud-call-timeout=1h",
             ]),
             &providers(),
         )
@@ -691,6 +715,11 @@ mod tests {
         assert_eq!(config.controller_config.concurrent_node_syncs, 4);
         assert_eq!(config.controller_config.node_deletion_max_percent, 0);
         assert_eq!(config.controller_config.cluster_name, "kubernetes");
+        assert_eq!(
+            config.controller_config.cloud_call_timeout,
+            Duration::from_secs(3600),
+            "the largest value is accepted"
+        );
         let controllers = config.controllers.resolve(&[]).unwrap().standard;
         assert!(!controllers.contains(&ControllerName::PvLabel));
         assert_eq!(controllers.len(), 4);

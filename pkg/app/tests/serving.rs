@@ -78,7 +78,8 @@ async fn start_endpoint(
         tls_config,
         serving::router(Arc::new(state)),
         stop.clone(),
-    );
+    )
+    .unwrap();
     Endpoint {
         url: format!("https://{address}"),
         health,

@@ -3,7 +3,8 @@
 //! Controllers look at the variant to decide what to do: [`CloudError::InstanceNotFound`] means the
 //! instance is truly gone, [`CloudError::Retry`] asks for a retry after a fixed delay, and
 //! [`CloudError::ImplementedElsewhere`] tells the service controller another component owns the load
-//! balancer. Anything else is a [`CloudError::Provider`] error carrying the provider's own message.
+//! balancer. Anything else is a [`CloudError::Provider`] error carrying the provider's own message, or a
+//! [`CloudError::Timeout`] when the controller manager gave up waiting for a call.
 
 use std::time::Duration;
 
@@ -56,6 +57,16 @@ pub enum CloudError {
         /// The provider's name of the operation.
         operation: String,
     },
+    /// The call did not answer within the controller manager's `--cloud-call-timeout` and was abandoned.
+    /// Whether it took effect in the cloud is unknown: it says nothing about the object (never "not found"),
+    /// and the object's sync is retried with backoff like after any other failure.
+    #[error("cloud call {operation} timed out after {after:?}")]
+    Timeout {
+        /// The contract method that was called, e.g. `list_routes`.
+        operation: String,
+        /// How long the call was given.
+        after: Duration,
+    },
     /// Any other provider failure.
     #[error("{message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
     Provider {
@@ -100,6 +111,19 @@ impl CloudError {
         }
     }
 
+    /// A [`CloudError::Timeout`]: `operation` did not answer within `after`.
+    pub fn timeout(operation: impl Into<String>, after: Duration) -> Self {
+        CloudError::Timeout {
+            operation: operation.into(),
+            after,
+        }
+    }
+
+    /// True for [`CloudError::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, CloudError::Timeout { .. })
+    }
+
     /// True for [`CloudError::InstanceNotFound`].
     pub fn is_instance_not_found(&self) -> bool {
         matches!(self, CloudError::InstanceNotFound)
@@ -135,6 +159,15 @@ mod tests {
         assert!(CloudError::InstanceNotFound.is_instance_not_found());
         assert!(CloudError::NotImplemented.is_not_implemented());
         assert!(CloudError::ImplementedElsewhere.is_implemented_elsewhere());
+        let timeout = CloudError::timeout("list_routes", Duration::from_secs(30));
+        assert_eq!(
+            timeout.to_string(),
+            "cloud call list_routes timed out after 30s"
+        );
+        assert!(timeout.is_timeout());
+        assert!(!timeout.is_instance_not_found());
+        assert_eq!(timeout.retry_after(), None, "retried with backoff");
+        assert!(!CloudError::provider("x").is_timeout());
         assert_eq!(CloudError::provider("quota").to_string(), "quota");
         assert!(CloudError::provider("quota").source().is_none());
         let wrapped = CloudError::provider_with("call", std::io::Error::other("refused"));

@@ -4,6 +4,9 @@
 //! With `--use-service-account-credentials` each controller has an API client of its own, authenticated as
 //! the controller's ServiceAccount ([`ControllerClients`]); [`ControllerContext::client_for`] picks it for
 //! the controller's writes and direct reads. The shared watches and the events keep the process' clients.
+//!
+//! Each controller sees the cloud through [`ControllerContext::for_controller`]: the provider wrapped so that
+//! every call runs under `--cloud-call-timeout` and is reported by the controller's health check.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,10 +14,21 @@ use std::time::Duration;
 
 use cloud_provider::{DryRunLog, ObjectKey};
 
+use crate::cloud_calls::CloudCalls;
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
+use crate::timed_cloud::TimedCloud;
+
+/// The default of `--cloud-call-timeout`. Upstream waits for a cloud call forever; this only abandons calls
+/// that the providers' own limits would not end: an AWS SDK operation may take 120 s with its retries, and
+/// a bulk instance lookup (up to 250 nodes) makes two DescribeInstances calls; a DigitalOcean request may
+/// take 30 s per attempt over 6 attempts.
+pub const DEFAULT_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The largest `--cloud-call-timeout`: beyond it a hung worker would stay lost for longer than any cloud
+/// call can take.
+pub const MAX_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// Controller settings derived from the command-line flags.
 #[derive(Clone, Debug)]
@@ -42,6 +56,9 @@ pub struct ControllerConfig {
     pub concurrent_service_syncs: usize,
     /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
     pub node_deletion_max_percent: u32,
+    /// `--cloud-call-timeout`: how long one cloud provider call of a controller may take before it is
+    /// abandoned and fails (see [`crate::cloud_calls`]).
+    pub cloud_call_timeout: Duration,
     /// The controllers' own API clients (named like upstream's in their `User-Agent`; with
     /// `--use-service-account-credentials` authenticated as the controller's ServiceAccount). A controller
     /// without one uses [`ControllerContext::client`].
@@ -111,6 +128,7 @@ impl Default for ControllerConfig {
             concurrent_node_syncs: 1,
             concurrent_service_syncs: 1,
             node_deletion_max_percent: 50,
+            cloud_call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
             dry_run: None,
@@ -157,6 +175,23 @@ impl ControllerContext {
             .get(controller)
             .cloned()
             .unwrap_or_else(|| self.client.clone())
+    }
+
+    /// The context `controller` runs with: the same, but for a cloud whose every call runs under
+    /// `--cloud-call-timeout` and is reported by the controller's health check (registered now, healthy,
+    /// if it is not yet). Each controller calls this once, when it is built.
+    pub fn for_controller(&self, controller: ControllerName) -> ControllerContext {
+        let calls = Arc::new(CloudCalls::new(
+            controller.canonical(),
+            self.config.cloud_call_timeout,
+            self.metrics.clone(),
+        ));
+        self.health
+            .watch_cloud_calls(controller.canonical(), calls.clone());
+        ControllerContext {
+            cloud: Arc::new(TimedCloud::new(self.cloud.clone(), calls)),
+            ..self.clone()
+        }
     }
 
     /// Whether this is a dry run: one pass over the cluster, then stop.

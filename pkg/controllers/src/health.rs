@@ -1,16 +1,55 @@
 //! Health checks: one named check per started controller, read by the serving side (`/healthz`, `/readyz`,
 //! `/livez`).
+//!
+//! A check fails for either of two causes, kept apart so that one never clears the other: a failure set
+//! through its [`HealthHandle`] (a controller that stopped, a worker that panicked), and the controller's
+//! cloud calls ([`CloudCalls::health`]: a hung call, or a timeout no answered call has followed yet), which
+//! is worked out each time the check is read. With both, the message has both, the handle's first.
 
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-type CheckState = Arc<Mutex<Result<(), String>>>;
+use crate::cloud_calls::CloudCalls;
+
+/// One named check.
+struct Check {
+    name: String,
+    /// What the check's handles set.
+    failure: Mutex<Result<(), String>>,
+    /// The cloud calls of the controller, once it has been built.
+    cloud_calls: Mutex<Option<Arc<CloudCalls>>>,
+}
+
+impl Check {
+    fn new(name: &str) -> Arc<Self> {
+        Arc::new(Check {
+            name: name.to_string(),
+            failure: Mutex::new(Ok(())),
+            cloud_calls: Mutex::new(None),
+        })
+    }
+
+    /// Both causes, combined.
+    fn result(&self) -> Result<(), String> {
+        let failure = self.failure.lock().clone();
+        let cloud = self
+            .cloud_calls
+            .lock()
+            .as_ref()
+            .map_or(Ok(()), |calls| calls.health());
+        match (failure, cloud) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(message), Ok(())) | (Ok(()), Err(message)) => Err(message),
+            (Err(failure), Err(cloud)) => Err(format!("{failure}; {cloud}")),
+        }
+    }
+}
 
 /// A shared, cloneable set of named health checks in registration order.
 #[derive(Clone, Default)]
 pub struct HealthRegistry {
-    checks: Arc<RwLock<Vec<(String, CheckState)>>>,
+    checks: Arc<RwLock<Vec<Arc<Check>>>>,
 }
 
 impl std::fmt::Debug for HealthRegistry {
@@ -27,35 +66,41 @@ impl HealthRegistry {
         Self::default()
     }
 
-    /// Adds a check named `name` that starts healthy and returns the handle that updates it. Registering a
-    /// name twice returns a handle to the existing check, reset to healthy (a restarted controller).
-    pub fn register(&self, name: &str) -> HealthHandle {
+    /// The check named `name`, added (healthy) at the end when there is none yet.
+    fn check(&self, name: &str) -> Arc<Check> {
+        if let Some(check) = self.checks.read().iter().find(|c| c.name == name) {
+            return check.clone();
+        }
         let mut checks = self.checks.write();
-        if let Some((_, state)) = checks.iter().find(|(n, _)| n == name) {
-            *state.lock() = Ok(());
-            return HealthHandle {
-                name: name.to_string(),
-                state: state.clone(),
-            };
+        if let Some(check) = checks.iter().find(|c| c.name == name) {
+            return check.clone();
         }
-        let state: CheckState = Arc::new(Mutex::new(Ok(())));
-        checks.push((name.to_string(), state.clone()));
-        HealthHandle {
-            name: name.to_string(),
-            state,
-        }
+        let check = Check::new(name);
+        checks.push(check.clone());
+        check
+    }
+
+    /// Adds a check named `name` that starts healthy and returns the handle that updates it. Registering a
+    /// name twice returns a handle to the existing check with the failure set through handles reset (a
+    /// restarted controller); what its cloud calls say is kept, as those calls may still be running.
+    pub fn register(&self, name: &str) -> HealthHandle {
+        let check = self.check(name);
+        *check.failure.lock() = Ok(());
+        HealthHandle { check }
     }
 
     /// The handle of the check named `name`, registering it (healthy) when it does not exist yet; unlike
     /// [`HealthRegistry::register`] an existing check keeps its state.
     pub fn handle(&self, name: &str) -> HealthHandle {
-        if let Some((_, state)) = self.checks.read().iter().find(|(n, _)| n == name) {
-            return HealthHandle {
-                name: name.to_string(),
-                state: state.clone(),
-            };
+        HealthHandle {
+            check: self.check(name),
         }
-        self.register(name)
+    }
+
+    /// Makes the check named `name` (added, healthy, when it does not exist yet) also report `calls`
+    /// (replacing the calls of an earlier build of the same controller).
+    pub fn watch_cloud_calls(&self, name: &str, calls: Arc<CloudCalls>) {
+        *self.check(name).cloud_calls.lock() = Some(calls);
     }
 
     /// Every check with its current result, in registration order.
@@ -63,42 +108,54 @@ impl HealthRegistry {
         self.checks
             .read()
             .iter()
-            .map(|(name, state)| (name.clone(), state.lock().clone()))
+            .map(|check| (check.name.clone(), check.result()))
             .collect()
     }
 
     /// True when every registered check passes (an empty registry is healthy).
     pub fn all_ok(&self) -> bool {
-        self.checks.read().iter().all(|(_, s)| s.lock().is_ok())
+        self.checks
+            .read()
+            .iter()
+            .all(|check| check.result().is_ok())
     }
 }
 
 /// Updates one named check of a [`HealthRegistry`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HealthHandle {
-    name: String,
-    state: CheckState,
+    check: Arc<Check>,
+}
+
+impl std::fmt::Debug for HealthHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthHandle")
+            .field("name", &self.check.name)
+            .field("result", &self.get())
+            .finish()
+    }
 }
 
 impl HealthHandle {
     /// The check's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.check.name
     }
 
-    /// Marks the check healthy.
+    /// Clears the failure set through handles (what the controller's cloud calls say is not touched).
     pub fn set_ok(&self) {
-        *self.state.lock() = Ok(());
+        *self.check.failure.lock() = Ok(());
     }
 
-    /// Marks the check failed with a reason shown in verbose health output.
+    /// Marks the check failed with a reason shown in verbose health output; it stays failed until
+    /// [`HealthHandle::set_ok`] or a new registration, whatever the cloud calls do.
     pub fn set_failed(&self, message: impl Into<String>) {
-        *self.state.lock() = Err(message.into());
+        *self.check.failure.lock() = Err(message.into());
     }
 
-    /// The current result.
+    /// The current result: the failure set through handles and what the cloud calls say.
     pub fn get(&self) -> Result<(), String> {
-        self.state.lock().clone()
+        self.check.result()
     }
 }
 
@@ -126,5 +183,54 @@ mod tests {
         let again = reg.register("a-controller");
         assert_eq!(again.get(), Ok(()));
         assert_eq!(reg.checks().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_and_a_cloud_timeout_are_both_reported_and_cleared_apart() {
+        let reg = HealthRegistry::new();
+        let calls = Arc::new(CloudCalls::new(
+            "service-lb-controller",
+            std::time::Duration::from_millis(100),
+            crate::metrics::ControllerMetrics::default(),
+        ));
+        // The controller is built (its calls watched) before it is registered, as run_controllers does.
+        reg.watch_cloud_calls("service-lb-controller", calls.clone());
+        let handle = reg.register("service-lb-controller");
+        assert_eq!(reg.checks().len(), 1);
+        handle.set_failed("a worker panicked while syncing default/web: boom");
+        let timed_out = calls
+            .run::<()>("ensure_load_balancer", std::future::pending())
+            .await;
+        assert!(timed_out.unwrap_err().is_timeout());
+        let message = handle.get().unwrap_err();
+        assert!(
+            message.starts_with("a worker panicked while syncing default/web: boom; cloud call ensure_load_balancer timed out after 100ms"),
+            "{message}"
+        );
+        // An answered call clears the timeout, not the panic.
+        calls
+            .run("get_load_balancer", async { Ok(()) })
+            .await
+            .unwrap();
+        assert_eq!(
+            reg.checks()[0].1,
+            Err("a worker panicked while syncing default/web: boom".to_string())
+        );
+        // Clearing the panic leaves a new timeout reported.
+        let _ = calls
+            .run::<()>("ensure_load_balancer", std::future::pending())
+            .await;
+        handle.set_ok();
+        let message = reg.checks()[0].1.clone().unwrap_err();
+        assert!(
+            message.starts_with("cloud call ensure_load_balancer timed out"),
+            "{message}"
+        );
+        assert!(!reg.all_ok());
+        calls
+            .run("get_load_balancer", async { Ok(()) })
+            .await
+            .unwrap();
+        assert!(reg.all_ok());
     }
 }

@@ -11,9 +11,11 @@
 //!
 //! [`run_controllers`] starts the enabled ones over shared informers (one watch per resource type for the
 //! whole process; nodes are kept as compact [`CachedNode`] copies), each with a health check and event
-//! recorder of its own.
+//! recorder of its own. Every cloud call of a controller runs under `--cloud-call-timeout`
+//! ([`cloud_calls`], [`timed_cloud`]), and a hung or timed-out call shows in its health check.
 
 pub mod cached_node;
+pub mod cloud_calls;
 pub mod context;
 pub mod error;
 pub mod events;
@@ -29,13 +31,16 @@ pub mod provider_controllers;
 pub mod pv_label;
 pub mod route;
 pub mod service;
+pub mod timed_cloud;
 pub mod workqueue;
 pub mod workqueue_metrics;
 
 mod run;
 
 pub use cached_node::CachedNode;
-pub use context::{ControllerConfig, ControllerContext};
+pub use context::{
+    ControllerConfig, ControllerContext, DEFAULT_CLOUD_CALL_TIMEOUT, MAX_CLOUD_CALL_TIMEOUT,
+};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};
 pub use health::{HealthHandle, HealthRegistry};

@@ -1,6 +1,6 @@
 //! Controller metrics with the upstream names (`node_controller_*`, `service_controller_*`,
 //! `route_controller_*`, `workqueue_*`, `running_managed_controllers`), plus a few of our own for the
-//! node-lifecycle deletion guard, worker panics and the event recorder.
+//! node-lifecycle deletion guard, worker panics, cloud calls that timed out and the event recorder.
 //!
 //! prometheus-client appends `_total` to counters when encoding, so counters are registered without it.
 
@@ -25,6 +25,15 @@ pub struct EventOutcomeLabels {
 pub struct ControllerLabels {
     /// The controller's canonical name.
     pub controller: String,
+}
+
+/// Label set of the cloud-call timeout counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudCallLabels {
+    /// The controller's canonical name.
+    pub controller: String,
+    /// The provider-contract method, e.g. `list_routes`.
+    pub operation: String,
 }
 
 /// Label set of `running_managed_controllers`.
@@ -69,6 +78,9 @@ pub struct ControllerMetrics {
     pub events: Family<EventOutcomeLabels, Counter>,
     /// `cloud_controllers_worker_panics_total{controller}`: panics caught while syncing one object.
     pub worker_panics: Family<ControllerLabels, Counter>,
+    /// `cloud_controllers_cloud_call_timeouts_total{controller,operation}`: cloud calls abandoned after
+    /// `--cloud-call-timeout`.
+    pub cloud_call_timeouts: Family<CloudCallLabels, Counter>,
     /// `workqueue_*{name}`: the controllers' work queues.
     pub workqueues: WorkqueueMetrics,
     /// `running_managed_controllers{name,manager}`: 1 while a controller runs, 0 once it stopped.
@@ -91,6 +103,7 @@ impl Default for ControllerMetrics {
             node_lifecycle_nodes_deleted: Counter::default(),
             events: Family::default(),
             worker_panics: Family::default(),
+            cloud_call_timeouts: Family::default(),
             workqueues: WorkqueueMetrics::default(),
             running_controllers: Family::default(),
         }
@@ -152,6 +165,11 @@ impl ControllerMetrics {
             m.worker_panics.clone(),
         );
         registry.register(
+            "cloud_controllers_cloud_call_timeouts",
+            "Cloud provider calls abandoned after --cloud-call-timeout, by controller and provider-contract method (see the controller's health check)",
+            m.cloud_call_timeouts.clone(),
+        );
+        registry.register(
             "cloud_controllers_events",
             "Events recorded by the controllers, by outcome (created, series_updated, aggregated, failed, dropped)",
             m.events.clone(),
@@ -180,6 +198,16 @@ impl ControllerMetrics {
         self.worker_panics
             .get_or_create(&ControllerLabels {
                 controller: controller.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one cloud call of `controller` to `operation` that timed out.
+    pub fn cloud_call_timeout(&self, controller: &str, operation: &str) {
+        self.cloud_call_timeouts
+            .get_or_create(&CloudCallLabels {
+                controller: controller.to_string(),
+                operation: operation.to_string(),
             })
             .inc();
     }
@@ -216,6 +244,7 @@ mod tests {
         m.route_sync.inc();
         m.node_taint_removal_delay.observe(3.0);
         m.event_outcome("created");
+        m.cloud_call_timeout("node-route-controller", "list_routes");
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for name in [
@@ -228,6 +257,7 @@ mod tests {
             "route_controller_route_sync_total 1",
             "node_lifecycle_controller_deletion_guard_trips_total 0",
             "cloud_controllers_events_total{outcome=\"created\"} 1",
+            "cloud_controllers_cloud_call_timeouts_total{controller=\"node-route-controller\",operation=\"list_routes\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in:\n{text}");
         }

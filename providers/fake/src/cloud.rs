@@ -20,6 +20,9 @@ use crate::control::FakeControl;
 use crate::faults::stable_hash;
 use crate::state::{Injected, State};
 
+/// How often a hanging call looks whether the faults changed.
+const HANG_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// What a [`FakeCloud`] and its [`FakeControl`] handles share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -110,11 +113,25 @@ impl FakeCloud {
         &self.shared.config
     }
 
-    /// Counts the call, applies latency (outside the lock) and reports an injected failure.
+    /// Counts the call, applies latency (outside the lock) and reports an injected failure; an injected
+    /// hang first waits for the faults to change.
     async fn gate(&self, op: &'static str) -> Option<Injected> {
-        let (latency, injected) = self.shared.state.lock().gate(op);
+        let (latency, injected, fault_changes) = {
+            let mut state = self.shared.state.lock();
+            let (latency, injected) = state.gate(op);
+            (latency, injected, state.fault_changes())
+        };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        if injected == Some(Injected::Hang) {
+            tracing::debug!(
+                operation = op,
+                "fake cloud hangs the call until the faults change"
+            );
+            while self.shared.state.lock().fault_changes() == fault_changes {
+                tokio::time::sleep(HANG_POLL).await;
+            }
         }
         if let Some(i) = injected {
             tracing::debug!(operation = op, fault = ?i, "fake cloud injected a fault");

@@ -1,4 +1,5 @@
-//! Fault injection: per-operation error rates, error kinds and latency, with deterministic random streams.
+//! Fault injection: per-operation error rates, error kinds (hangs included) and latency, with deterministic
+//! random streams.
 //!
 //! Each operation has its own random stream seeded from the cloud's seed and the operation name, so the
 //! sequence of failures of one operation does not depend on how calls to other operations interleave.
@@ -82,6 +83,10 @@ pub enum FaultKind {
     /// lookups fail with `InstanceNotFound`), `get_load_balancer` answers none, volumes fail with
     /// `DiskNotFound`.
     NotFound,
+    /// The call does not answer (a dead connection): it waits until the faults are next changed (set or
+    /// cleared, for any operation), then fails with a provider error. Only a caller's timeout frees it
+    /// sooner.
+    Hang,
 }
 
 /// A fault for one operation (or `*`).
@@ -279,6 +284,9 @@ mod tests {
 
     #[test]
     fn spec_json_shape() {
+        let f: FaultSpec = serde_json::from_str(r#"{"errorRate":1,"kind":"hang"}"#).unwrap();
+        assert_eq!(f.kind, FaultKind::Hang);
+        assert!(validate_fault("list_routes", &f).is_ok());
         let f: FaultSpec = serde_json::from_str(r#"{"errorRate":0.25,"kind":"notFound"}"#).unwrap();
         assert_eq!(f.error_rate, 0.25);
         assert_eq!(f.kind, FaultKind::NotFound);

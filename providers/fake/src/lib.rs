@@ -17,7 +17,8 @@
 //!   [`FakeControl::cloud_config`] (admin API: `GET /config`) renders a running cloud in that format, so a
 //!   second process can start from the state a first one left.
 //! - Faults: per operation (or `*`) an error rate drawn from a seeded random stream, an error kind
-//!   (provider error, retry after a delay, not found) and a fixed latency; every call is counted.
+//!   (provider error, retry after a delay, not found, a hang until the faults change) and a fixed latency;
+//!   every call is counted.
 //! - Control: [`FakeControl`] in-process, or the admin HTTP API ([`FakeCloud::serve_admin`], started by
 //!   `initialize` when `adminAddress` is configured). See `providers/fake/README.md`.
 //!

@@ -153,6 +153,8 @@ pub(crate) enum Injected {
     Provider,
     Retry(Duration),
     NotFound,
+    /// A hang that ended because the faults changed.
+    Hang,
 }
 
 impl Injected {
@@ -162,6 +164,9 @@ impl Injected {
             Injected::Provider => CloudError::provider(format!("injected fault in {op}")),
             Injected::Retry(after) => CloudError::retry(format!("injected retry in {op}"), after),
             Injected::NotFound => not_found,
+            Injected::Hang => CloudError::provider(format!(
+                "injected hang in {op} ended (the faults changed): connection reset"
+            )),
         }
     }
 }
@@ -192,6 +197,8 @@ pub(crate) struct State {
     pool: IpPool,
     routes: BTreeMap<String, RouteRecord>,
     faults: BTreeMap<String, FaultSpec>,
+    /// Bumped by every change of the faults through the control surface: ends injected hangs.
+    fault_changes: u64,
     streams: BTreeMap<String, Rng>,
     calls: BTreeMap<String, u64>,
     seed: u64,
@@ -233,6 +240,7 @@ impl State {
             pool: IpPool::new(cidr),
             routes: BTreeMap::new(),
             faults: cfg.faults.clone(),
+            fault_changes: 0,
             streams: BTreeMap::new(),
             calls: BTreeMap::new(),
             seed: cfg.seed,
@@ -337,6 +345,7 @@ impl State {
             FaultKind::Provider => Injected::Provider,
             FaultKind::Retry => Injected::Retry(Duration::from_millis(spec.retry_after_ms)),
             FaultKind::NotFound => Injected::NotFound,
+            FaultKind::Hang => Injected::Hang,
         };
         (latency, Some(injected))
     }
@@ -344,15 +353,24 @@ impl State {
     pub(crate) fn set_fault(&mut self, op: &str, spec: FaultSpec) -> Result<(), ControlError> {
         validate_fault(op, &spec).map_err(ControlError::Invalid)?;
         self.faults.insert(op.to_string(), spec);
+        self.fault_changes += 1;
         Ok(())
     }
 
     pub(crate) fn clear_fault(&mut self, op: &str) -> bool {
+        self.fault_changes += 1;
         self.faults.remove(op).is_some()
     }
 
     pub(crate) fn clear_faults(&mut self) {
+        self.fault_changes += 1;
         self.faults.clear();
+    }
+
+    /// How many times the faults were changed through the control surface (injected hangs wait for it to
+    /// move).
+    pub(crate) fn fault_changes(&self) -> u64 {
+        self.fault_changes
     }
 
     pub(crate) fn faults(&self) -> BTreeMap<String, FaultSpec> {

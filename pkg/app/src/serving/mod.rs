@@ -5,6 +5,10 @@
 //! Connections are TLS (rustls with ring), HTTP/1.1 or HTTP/2 by ALPN. A caller is a verified client
 //! certificate (when a client CA is known) or a bearer token checked with a TokenReview; no credentials
 //! gives 401, a SubjectAccessReview denial 403, both with Kubernetes `Status` JSON bodies.
+//!
+//! The endpoint runs on a thread and a Tokio runtime of its own: a controller whose cloud call blocks a
+//! worker thread of the daemon's runtime (which can also stall that runtime's I/O and timers) does not keep
+//! `/healthz` from answering, and saying so.
 
 pub mod auth;
 pub mod health;
@@ -25,7 +29,6 @@ use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -39,6 +42,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Errors starting the endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The endpoint's thread or runtime could not be started.
+    #[error("cannot start the serving thread: {0}")]
+    Thread(#[source] std::io::Error),
     /// The address could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -270,81 +276,105 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { address, source })
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` fires.
+/// Serves `router` over TLS on `listener` until `shutdown` fires, on a thread with a single-threaded Tokio
+/// runtime of its own (see the [module docs](self)); the thread ends when `shutdown` fires. The listener is
+/// moved onto that runtime.
 pub fn spawn(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: Router,
     shutdown: CancellationToken,
-) -> JoinHandle<()> {
-    let acceptor = TlsAcceptor::from(tls);
-    tokio::spawn(async move {
-        loop {
-            let (stream, remote) = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let acceptor = acceptor.clone();
-            let router = router.clone();
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                let tls =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(err)) => {
-                            tracing::debug!(%remote, error = %err, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%remote, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                let peer = PeerIdentity(
-                    tls.get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|chain| chain.first())
-                        .and_then(|leaf| tls::certificate_user(leaf.as_ref()))
-                        .map(|(username, mut groups)| {
-                            groups.push(AUTHENTICATED_GROUP.to_string());
-                            UserInfo {
-                                username,
-                                groups,
-                                ..UserInfo::default()
-                            }
-                        }),
-                );
-                let service = hyper::service::service_fn(
-                    move |mut request: http::Request<hyper::body::Incoming>| {
-                        request.extensions_mut().insert(peer.clone());
-                        router.clone().oneshot(request.map(Body::new))
-                    },
-                );
-                let builder = auto::Builder::new(TokioExecutor::new());
-                let connection = builder.serve_connection(TokioIo::new(tls), service);
-                tokio::pin!(connection);
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(err) = result {
-                            tracing::debug!(%remote, error = %err, "connection ended with an error");
-                        }
-                    }
-                    _ = shutdown.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
-                    }
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
+    let listener = listener.into_std().map_err(ServeError::Thread)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Thread)?;
+    std::thread::Builder::new()
+        .name("serving".to_string())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => serve(listener, tls, router, shutdown).await,
+                    Err(err) => tracing::error!(error = %err, "cannot serve on the bound socket"),
                 }
             });
-        }
-    })
+        })
+        .map_err(ServeError::Thread)
+}
+
+/// Accepts connections until `shutdown` fires, each served by a task of its own.
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    shutdown: CancellationToken,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    loop {
+        let (stream, remote) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => {
+                    tracing::debug!(%remote, error = %err, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let peer = PeerIdentity(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| tls::certificate_user(leaf.as_ref()))
+                    .map(|(username, mut groups)| {
+                        groups.push(AUTHENTICATED_GROUP.to_string());
+                        UserInfo {
+                            username,
+                            groups,
+                            ..UserInfo::default()
+                        }
+                    }),
+            );
+            let service = hyper::service::service_fn(
+                move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(peer.clone());
+                    router.clone().oneshot(request.map(Body::new))
+                },
+            );
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(tls), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(err) = result {
+                        tracing::debug!(%remote, error = %err, "connection ended with an error");
+                    }
+                }
+                _ = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+                }
+            }
+        });
+    }
 }
 
 #[cfg(test)]

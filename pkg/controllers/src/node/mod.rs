@@ -195,6 +195,7 @@ impl std::fmt::Debug for CloudNodeController {
 impl CloudNodeController {
     /// Creates the controller and subscribes to the node informer (before it starts).
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let ctx = &ctx.for_controller(ControllerName::CloudNode);
         let inner = Arc::new(Inner {
             ctx: ctx.clone(),
             api: Api::all(ctx.client_for(ControllerName::CloudNode)),

@@ -131,6 +131,7 @@ pub struct PassSummary {
 impl CloudNodeLifecycleController {
     /// Creates the controller (reads the shared node store).
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let ctx = &ctx.for_controller(ControllerName::CloudNodeLifecycle);
         CloudNodeLifecycleController {
             ctx: ctx.clone(),
             api: Api::all(ctx.client_for(ControllerName::CloudNodeLifecycle)),

@@ -163,6 +163,7 @@ impl std::fmt::Debug for PvLabelController {
 impl PvLabelController {
     /// Creates the controller and subscribes to the PersistentVolume informer.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let ctx = &ctx.for_controller(ControllerName::PvLabel);
         PvLabelController {
             inner: Arc::new(Inner {
                 ctx: ctx.clone(),

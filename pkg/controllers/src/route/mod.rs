@@ -110,6 +110,7 @@ struct ReconcileSummary {
 impl NodeRouteController {
     /// Creates the controller and subscribes it to the shared node informer.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let ctx = &ctx.for_controller(ControllerName::NodeRoute);
         NodeRouteController {
             ctx: ctx.clone(),
             client: ctx.client_for(ControllerName::NodeRoute),

@@ -171,6 +171,7 @@ fn split_key(key: &str) -> (&str, &str) {
 impl ServiceLbController {
     /// Creates the controller and subscribes it to the shared node and service informers.
     pub fn new(ctx: &ControllerContext, informers: &SharedInformers) -> Self {
+        let ctx = &ctx.for_controller(ControllerName::ServiceLb);
         let shared = Shared {
             ctx: ctx.clone(),
             client: ctx.client_for(ControllerName::ServiceLb),

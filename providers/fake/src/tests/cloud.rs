@@ -323,6 +323,52 @@ async fn bulk_lookups_are_one_cloud_call() {
 }
 
 #[tokio::test]
+async fn a_hang_lasts_until_the_faults_change() {
+    let c = cloud("");
+    let control = c.handle();
+    control
+        .set_fault("list_routes", FaultSpec::errors(1.0, FaultKind::Hang))
+        .unwrap();
+    // A caller's timeout frees it.
+    let timed_out =
+        tokio::time::timeout(Duration::from_millis(100), c.list_routes("kubernetes")).await;
+    assert!(timed_out.is_err(), "the call hangs");
+    // Other operations are not affected.
+    assert_eq!(c.list_clusters().await.unwrap(), ["kubernetes"]);
+    // A call hanging while the faults change fails like a reset connection.
+    let hanging = tokio::spawn({
+        let c = c.clone();
+        async move { c.list_routes("kubernetes").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!hanging.is_finished(), "still hanging");
+    assert!(control.clear_fault("list_routes"));
+    let ended = tokio::time::timeout(Duration::from_secs(5), hanging)
+        .await
+        .expect("released by the change")
+        .unwrap();
+    assert_eq!(
+        ended.unwrap_err().to_string(),
+        "injected hang in list_routes ended (the faults changed): connection reset"
+    );
+    assert!(c.list_routes("kubernetes").await.unwrap().is_empty());
+    assert_eq!(control.call_count("list_routes"), 3);
+    // A hang for a number of calls hangs only those.
+    control
+        .set_fault(
+            "get_zone",
+            FaultSpec::errors(1.0, FaultKind::Hang).for_calls(1),
+        )
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), c.get_zone())
+            .await
+            .is_err()
+    );
+    assert!(c.get_zone().await.is_ok());
+}
+
+#[tokio::test]
 async fn load_balancers_are_idempotent_and_release_ips() {
     let c = cloud("loadBalancerCIDR: 192.0.2.0/30\n");
     let s1 = service(
