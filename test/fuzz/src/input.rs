@@ -102,7 +102,7 @@ pub fn service(data: &[u8], keys: &[&str]) -> Service {
 /// Port `index` of the Service from its 4 bytes (missing bytes read as zero).
 fn port(index: usize, shape: u8, bytes: Option<&[u8]>) -> ServicePort {
     let b = |i: usize| bytes.and_then(|b| b.get(i)).copied().unwrap_or(0);
-    let udp = shape & 0b10_0000 != 0 && index % 2 == 0;
+    let udp = shape & 0b10_0000 != 0 && index.is_multiple_of(2);
     ServicePort {
         name: Some(format!("p{index}")),
         port: i32::from(u16::from_be_bytes([b(0), b(1)])),
