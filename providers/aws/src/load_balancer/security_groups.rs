@@ -467,11 +467,15 @@ impl AwsCloud {
         self.check_rule_limit(&plan.changes())?;
         for (group, counted) in &plan.groups {
             if self.authorize_first(counted) {
-                self.authorize_group_rules(&counted.group_id, &group.add).await?;
-                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
+                self.authorize_group_rules(&counted.group_id, &group.add)
+                    .await?;
+                self.revoke_group_rules(&counted.group_id, &group.remove)
+                    .await?;
             } else {
-                self.revoke_group_rules(&counted.group_id, &group.remove).await?;
-                self.authorize_group_rules(&counted.group_id, &group.add).await?;
+                self.revoke_group_rules(&counted.group_id, &group.remove)
+                    .await?;
+                self.authorize_group_rules(&counted.group_id, &group.add)
+                    .await?;
             }
         }
         Ok(())
@@ -499,10 +503,8 @@ impl AwsCloud {
                 rules = add.len(),
                 "adding load-balancer rules to security group"
             );
-            let perms: Vec<IpPermission> = add
-                .iter()
-                .map(|(k, d)| permission(k, Some(d)))
-                .collect();
+            let perms: Vec<IpPermission> =
+                add.iter().map(|(k, d)| permission(k, Some(d))).collect();
             let result = self
                 .clients
                 .ec2
