@@ -124,13 +124,22 @@ impl Disruptor {
     }
 
     /// Stops disrupting (and lifts a hold on re-watches); returns (cuts, compactions).
-    pub fn stop(self) -> (u64, u64) {
+    pub async fn stop(mut self) -> (u64, u64) {
         self.task.abort();
+        // Once the task is gone it cannot add a hold after the one cleared here.
+        let _ = (&mut self.task).await;
         self.controls.clear_latency();
         (
             self.counts.cuts.load(Ordering::Relaxed),
             self.counts.compactions.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Drop for Disruptor {
+    fn drop(&mut self) {
+        // Also when the scenario ends early with an error.
+        self.task.abort();
     }
 }
 

@@ -50,8 +50,16 @@ use crate::workload::{
 use checks::{Expected, Problems};
 use daemons::Incarnations;
 
-/// The most event occurrences one object may get (see the README's Chaos section for why).
-pub const EVENT_BOUND: u64 = 20;
+/// The most event occurrences (an aggregated Event counts its `count`) one object may get. A Service's
+/// events report sync steps: two per ensure attempt (`EnsuringLoadBalancer`, then `EnsuredLoadBalancer`
+/// or `SyncLoadBalancerFailed`), one per host update (`UpdatedLoadBalancer` or
+/// `UpdateLoadBalancerFailed`). The 5 s, 10 s, 20 s backoff allows 4 ensure attempts in an incarnation's
+/// ≤ 35 s of faults (8 for two incarnations); host updates come once per node-sync pass, which runs back
+/// to back (≥ 4 s each over 2,000 load balancers) while the node set changes: ≤ 15 passes over the run's
+/// minute of initializations and deletions, 30% of which fail and queue one more ensure. So
+/// 2 × (8 + 0.3 × 15) + 15 ≈ 40. Nodes get far fewer (`Synced` once, `DeletingNode` per deletion
+/// attempt). A sync loop without backoff would make hundreds.
+pub const EVENT_BOUND: u64 = 40;
 /// Share of the Nodes initialized when the daemon is killed, percent.
 const KILL_AT_PERCENT: usize = 50;
 /// Every this many Services, one is deleted midway.
@@ -292,6 +300,7 @@ impl Chaos<'_> {
         self.midway_changes().await?;
         self.pause(KILL_DELAY).await?;
         let holder = self.lease_holder().await?;
+        let with_ingress = self.service_tracker.done_count();
         let restart = self
             .daemons
             .kill_and_restart(
@@ -300,14 +309,15 @@ impl Chaos<'_> {
             )
             .await?;
         self.notes.push(format!(
-            "the cloud held {} load balancers when the daemon was killed; {} nodes were initialized",
+            "when the daemon was killed the cloud held {} load balancers, {with_ingress} remaining \
+             services showed their ingress and {} nodes were initialized",
             restart.load_balancers,
             self.node_tracker.done_count()
         ));
         let takeover = self.wait_for_takeover(holder.as_deref()).await?;
         self.pause(Duration::from_secs(options.fault_seconds))
             .await?;
-        let (cuts, compactions) = disruptor.stop();
+        let (cuts, compactions) = disruptor.stop().await;
         self.controls.clear_faults();
         let admin = self.daemons.admin();
         admin.clear_faults().await?;
