@@ -123,6 +123,10 @@ pub struct FakeConfig {
     /// Load balancers that exist from the start, as `ensure_load_balancer` made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub load_balancers: Vec<LoadBalancerConfig>,
+    /// Backend node lists that several load balancers share: a load balancer's `nodeSet` is an index into
+    /// this list (so that thousands of load balancers with the same thousands of backends are written once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancer_node_sets: Vec<Vec<String>>,
     /// Routes that exist from the start, as `create_route` made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteConfig>,
@@ -249,8 +253,11 @@ pub struct LoadBalancerConfig {
     #[serde(default)]
     pub ports: Vec<LoadBalancerPortConfig>,
     /// The backend node names (kept sorted, without duplicates).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
+    /// Instead of `nodes`: the index of the backend list in `loadBalancerNodeSets`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_set: Option<usize>,
 }
 
 impl LoadBalancerConfig {
@@ -352,6 +359,7 @@ impl Default for FakeConfig {
             discovered_external_ips: false,
             instances: Vec::new(),
             load_balancers: Vec::new(),
+            load_balancer_node_sets: Vec::new(),
             routes: Vec::new(),
             load_balancer_cidr: default_lb_cidr(),
             cluster_id: None,
@@ -620,16 +628,40 @@ impl FakeConfig {
                     check_port(np, &format!("{pf}.nodePort"))?;
                 }
             }
-            for (j, n) in lb.nodes.iter().enumerate() {
-                if n.trim().is_empty() {
+            check_node_names(&lb.nodes, &format!("{field}.nodes"))?;
+            if let Some(set) = lb.node_set {
+                if !lb.nodes.is_empty() {
                     return Err(ConfigError::invalid(
-                        format!("{field}.nodes[{j}]"),
-                        "must not be empty",
+                        format!("{field}.nodeSet"),
+                        "give either nodes or nodeSet, not both",
+                    ));
+                }
+                if set >= self.load_balancer_node_sets.len() {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.nodeSet"),
+                        format!(
+                            "{set} is not an index of loadBalancerNodeSets ({} sets)",
+                            self.load_balancer_node_sets.len()
+                        ),
                     ));
                 }
             }
         }
+        for (i, set) in self.load_balancer_node_sets.iter().enumerate() {
+            check_node_names(set, &format!("loadBalancerNodeSets[{i}]"))?;
+        }
         Ok(())
+    }
+
+    /// The backend node names of a declared load balancer: its `nodes`, or its `nodeSet`.
+    pub fn load_balancer_nodes<'a>(&'a self, lb: &'a LoadBalancerConfig) -> &'a [String] {
+        match lb.node_set {
+            Some(set) => self
+                .load_balancer_node_sets
+                .get(set)
+                .map_or(&[][..], Vec::as_slice),
+            None => &lb.nodes,
+        }
     }
 
     /// The ingress IP of every declared load balancer, in order, allocated from `pool`: the given ones
@@ -767,6 +799,17 @@ fn check_optional_name(value: Option<&str>, field: &str) -> Result<(), ConfigErr
             Err(ConfigError::invalid(field, "must not be empty when given"))
         }
         _ => Ok(()),
+    }
+}
+
+/// Every backend node name of a list at `field` is non-empty.
+fn check_node_names(names: &[String], field: &str) -> Result<(), ConfigError> {
+    match names.iter().position(|n| n.trim().is_empty()) {
+        Some(j) => Err(ConfigError::invalid(
+            format!("{field}[{j}]"),
+            "must not be empty",
+        )),
+        None => Ok(()),
     }
 }
 
@@ -1051,6 +1094,19 @@ routes:
             (
                 "loadBalancers: [{serviceUID: u, service: a/b, nodes: [n1, '']}]\n".to_string(),
                 "loadBalancers[0].nodes[1]: must not be empty",
+            ),
+            (
+                "loadBalancers: [{serviceUID: u, service: a/b, nodeSet: 0}]\n".to_string(),
+                "loadBalancers[0].nodeSet: 0 is not an index of loadBalancerNodeSets (0 sets)",
+            ),
+            (
+                "loadBalancerNodeSets: [[n1]]\nloadBalancers: [{serviceUID: u, service: a/b, nodes: [n1], nodeSet: 0}]\n"
+                    .to_string(),
+                "loadBalancers[0].nodeSet: give either nodes or nodeSet, not both",
+            ),
+            (
+                "loadBalancerNodeSets: [[n1], [n2, ' ']]\n".to_string(),
+                "loadBalancerNodeSets[1][1]: must not be empty",
             ),
             (
                 "loadBalancers: [{serviceUID: u, service: a/b, ip: banana}]\n".to_string(),

@@ -1,7 +1,7 @@
 //! The fake cloud's in-memory state and the operations on it. Everything here is synchronous and runs under
 //! the cloud's mutex; latency is applied by the caller outside the lock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,8 +251,19 @@ impl State {
             })?;
         }
         let ips = cfg.load_balancer_ips(&mut st.pool)?;
+        // One shared list per declared node set.
+        let mut sets: Vec<Option<Arc<[String]>>> = vec![None; cfg.load_balancer_node_sets.len()];
         for (lb, ip) in cfg.load_balancers.iter().zip(ips) {
-            let nodes = st.backends_named(lb.nodes.iter().map(String::as_str).collect());
+            let declared = cfg.load_balancer_nodes(lb);
+            let nodes = match lb.node_set.and_then(|i| sets.get_mut(i)) {
+                Some(Some(shared)) => shared.clone(),
+                Some(slot) => {
+                    let shared = st.backends_named(declared.iter().map(String::as_str).collect());
+                    *slot = Some(shared.clone());
+                    shared
+                }
+                None => st.backends_named(declared.iter().map(String::as_str).collect()),
+            };
             let name = lb.name();
             st.lbs.insert(
                 name.clone(),
@@ -1050,6 +1061,7 @@ impl State {
                 });
             }
         }
+        let (load_balancer_node_sets, node_set_of) = shared_node_sets(self.lbs.values());
         let load_balancers = self
             .lbs
             .values()
@@ -1068,7 +1080,11 @@ impl State {
                         node_port: p.node_port,
                     })
                     .collect(),
-                nodes: lb.nodes.to_vec(),
+                nodes: match node_set_of.get(&list_address(&lb.nodes)) {
+                    Some(_) => Vec::new(),
+                    None => lb.nodes.to_vec(),
+                },
+                node_set: node_set_of.get(&list_address(&lb.nodes)).copied(),
             })
             .collect();
         let routes = self
@@ -1085,11 +1101,59 @@ impl State {
         FakeConfig {
             instances,
             load_balancers,
+            load_balancer_node_sets,
             routes,
             faults: self.faults.clone(),
             ..cfg.clone()
         }
     }
+}
+
+/// The backend lists that two or more load balancers have (non-empty ones), in order of first use, and the
+/// index of each, by the address of the list a record holds: a cloud-config names them once in
+/// `loadBalancerNodeSets`. Records share lists already; equal lists held apart are merged by content.
+fn shared_node_sets<'a>(
+    lbs: impl Iterator<Item = &'a LoadBalancerRecord>,
+) -> (Vec<Vec<String>>, HashMap<usize, usize>) {
+    // Distinct lists (by content) in order of first use, with their use count.
+    let mut distinct: Vec<(&'a [String], usize)> = Vec::new();
+    let mut group_of: HashMap<usize, usize> = HashMap::new();
+    for lb in lbs.filter(|lb| !lb.nodes.is_empty()) {
+        let address = list_address(&lb.nodes);
+        let group = match group_of.get(&address) {
+            Some(&g) => g,
+            None => {
+                let g = distinct
+                    .iter()
+                    .position(|(nodes, _)| **nodes == *lb.nodes)
+                    .unwrap_or_else(|| {
+                        distinct.push((&lb.nodes[..], 0));
+                        distinct.len() - 1
+                    });
+                group_of.insert(address, g);
+                g
+            }
+        };
+        distinct[group].1 += 1;
+    }
+    let mut sets = Vec::new();
+    let mut set_of_group = HashMap::new();
+    for (g, (nodes, uses)) in distinct.into_iter().enumerate() {
+        if uses > 1 {
+            set_of_group.insert(g, sets.len());
+            sets.push(nodes.to_vec());
+        }
+    }
+    let index = group_of
+        .into_iter()
+        .filter_map(|(address, g)| set_of_group.get(&g).map(|&set| (address, set)))
+        .collect();
+    (sets, index)
+}
+
+/// The address of a shared backend list, which identifies it while the records are borrowed.
+fn list_address(nodes: &Arc<[String]>) -> usize {
+    Arc::as_ptr(nodes).cast::<String>().addr()
 }
 
 /// The name `create_route` gives a route: `<cluster>-<name hint>-<destination>`, the destination with `.`,

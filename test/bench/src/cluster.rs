@@ -109,6 +109,15 @@ impl Cluster {
         self.client.clone()
     }
 
+    /// The test controls of the in-memory API server (fault injection, watch cuts, compaction, the request
+    /// log); none on a real control plane.
+    pub fn controls(&self) -> Option<test_apiserver::Controls> {
+        match &self.backend {
+            Backend::InMemory(server) => Some(server.controls()),
+            Backend::Real(_) => None,
+        }
+    }
+
     /// The kubeconfig for the daemon (its own token and identity).
     pub fn daemon_kubeconfig(&self) -> &Path {
         &self.daemon_kubeconfig

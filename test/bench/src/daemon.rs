@@ -154,6 +154,29 @@ impl Daemon {
             .count()
     }
 
+    /// The exit status, once the daemon has exited.
+    pub fn exited(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
+    /// Log lines that report a panic.
+    pub fn panics(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("panicked"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Kills the daemon at once (SIGKILL: no shutdown, no Lease release) and waits for it.
+    pub async fn kill(mut self) -> anyhow::Result<ExitStatus> {
+        self.child
+            .start_kill()
+            .context("cannot send SIGKILL to the daemon")?;
+        Ok(self.child.wait().await?)
+    }
+
     /// Asks the daemon to stop (SIGTERM) and waits for it; kills it after `grace`.
     pub async fn stop(mut self, grace: Duration) -> anyhow::Result<ExitStatus> {
         let sent = Command::new("kill")

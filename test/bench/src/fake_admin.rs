@@ -1,5 +1,6 @@
 //! A small HTTP/1.1 client for the fake cloud's admin API (plain HTTP on a loopback address), used to read
-//! and reset the per-operation call counters and to count the load balancers the cloud holds.
+//! and reset the per-operation call counters, count the load balancers the cloud holds, and (chaos) set
+//! faults, stop and terminate instances and export the cloud as a cloud-config.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -8,8 +9,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use http::{Method, Request, header};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use provider_fake::{FakeConfig, FaultSpec};
 use tokio::net::TcpStream;
 
 /// How long one admin request may take, connection included.
@@ -28,14 +30,28 @@ impl FakeAdmin {
     }
 
     async fn request(&self, method: Method, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        self.request_with(method, path, Bytes::new()).await
+    }
+
+    async fn request_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> anyhow::Result<(u16, Bytes)> {
         let what = format!("{method} http://{}{path}", self.addr);
-        tokio::time::timeout(REQUEST_TIMEOUT, self.request_inner(method, path))
+        tokio::time::timeout(REQUEST_TIMEOUT, self.request_inner(method, path, body))
             .await
             .with_context(|| format!("{what}: no answer within {REQUEST_TIMEOUT:?}"))?
             .with_context(|| what)
     }
 
-    async fn request_inner(&self, method: Method, path: &str) -> anyhow::Result<(u16, Bytes)> {
+    async fn request_inner(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> anyhow::Result<(u16, Bytes)> {
         let stream = TcpStream::connect(self.addr).await?;
         let _ = stream.set_nodelay(true);
         let (mut sender, connection) =
@@ -47,7 +63,8 @@ impl FakeAdmin {
             .method(method)
             .uri(path)
             .header(header::HOST, self.addr.to_string())
-            .body(Empty::<Bytes>::new())?;
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))?;
         let response = sender.send_request(request).await?;
         let status = response.status().as_u16();
         let body = response.into_body().collect().await?.to_bytes();
@@ -90,6 +107,61 @@ impl FakeAdmin {
         let list: Vec<serde_json::Value> =
             serde_json::from_slice(&body).context("GET /loadbalancers: unexpected body")?;
         Ok(list.len())
+    }
+}
+
+impl FakeAdmin {
+    /// Sets the fault of one operation (or `*`): `POST /faults`.
+    pub async fn set_fault(&self, operation: &str, fault: &FaultSpec) -> anyhow::Result<()> {
+        let mut body = serde_json::to_value(fault).context("cannot encode a fault")?;
+        body["operation"] = serde_json::Value::from(operation);
+        let (status, answer) = self
+            .request_with(Method::POST, "/faults", Bytes::from(body.to_string()))
+            .await?;
+        if status != 200 {
+            bail!(
+                "POST /faults for {operation} answered {status}: {}",
+                String::from_utf8_lossy(&answer)
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes every fault: `DELETE /faults`.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        let (status, body) = self.request(Method::DELETE, "/faults").await?;
+        if status != 204 {
+            bail!(
+                "DELETE /faults answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops (`stop`) or terminates (`terminate`) the instance of a node.
+    pub async fn instance_action(&self, name: &str, action: &str) -> anyhow::Result<()> {
+        let path = format!("/instances/{name}/{action}");
+        let (status, answer) = self.request(Method::POST, &path).await?;
+        if status != 200 {
+            bail!(
+                "POST {path} answered {status}: {}",
+                String::from_utf8_lossy(&answer)
+            );
+        }
+        Ok(())
+    }
+
+    /// The cloud as a cloud-config (`GET /config`): a fake cloud started from it is in this one's state.
+    pub async fn cloud_config(&self) -> anyhow::Result<FakeConfig> {
+        let (status, body) = self.request(Method::GET, "/config").await?;
+        if status != 200 {
+            bail!(
+                "GET /config answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        FakeConfig::from_yaml(&body).context("GET /config: not a valid fake cloud config")
     }
 }
 

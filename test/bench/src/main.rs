@@ -10,8 +10,10 @@
 //! ```text
 //! cargo build --release -p cloud-controller-manager
 //! cargo run --release -p ccm-bench -- [--scenario a,b,c,d,d-paced] [--nodes N] [--write FILE]
+//! cargo run --release -p ccm-bench -- --scenario chaos     # asserts the end state under faults
 //! ```
 
+mod chaos;
 mod cluster;
 mod daemon;
 mod fake_admin;
@@ -35,13 +37,14 @@ use crate::scenario::{Kind, RunSettings, Scenario};
 #[derive(Debug, Parser)]
 #[command(name = "ccm-bench", max_term_width = 110)]
 struct Args {
-    /// Scenarios to run, comma-separated: a, b, c, d, d-paced, or all.
+    /// Scenarios to run, comma-separated: a, b, b-addr, c, d, d-paced, chaos, or all (every one but
+    /// chaos).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
-    /// Nodes of the node scenarios (a, b, c), instead of their defaults.
+    /// Nodes of the node scenarios (a, b, c) and of chaos, instead of their defaults.
     #[arg(long)]
     nodes: Option<usize>,
-    /// Services of the load-balancer scenarios (d, d-paced), instead of 2,000.
+    /// Services of the load-balancer scenarios (d, d-paced) and of chaos, instead of 2,000.
     #[arg(long)]
     services: Option<usize>,
     /// --kube-api-qps of the daemon, instead of the scenario's.
@@ -59,12 +62,21 @@ struct Args {
     /// Latency of every fake cloud call, in milliseconds.
     #[arg(long, default_value_t = 20)]
     latency_ms: u64,
-    /// Lifecycle scenario: percent of the nodes whose instance is stopped.
+    /// Lifecycle and chaos scenarios: percent of the nodes whose instance is stopped.
     #[arg(long, default_value_t = 5)]
     stopped_percent: u32,
-    /// Lifecycle scenario: percent of the nodes whose instance is terminated.
+    /// Lifecycle and chaos scenarios: percent of the nodes whose instance is terminated.
     #[arg(long, default_value_t = 5)]
     terminated_percent: u32,
+    /// Chaos: percent of the calls of every cloud operation that fail.
+    #[arg(long, default_value_t = 30)]
+    cloud_error_percent: u32,
+    /// Chaos: percent of the writes of nodes, services and events the API server fails (500, 409, 429).
+    #[arg(long, default_value_t = 10)]
+    api_error_percent: u32,
+    /// Chaos: seconds the faults go on after the restarted daemon took the Lease.
+    #[arg(long, default_value_t = 30)]
+    fault_seconds: u64,
     /// Load-balancer scenarios: Ready nodes that exist before the services.
     #[arg(long, default_value_t = 100)]
     lb_nodes: usize,
@@ -123,8 +135,9 @@ impl Args {
         for id in ids {
             let Some(mut s) = Scenario::preset(id) else {
                 bail!(
-                    "unknown scenario {id:?} (known: {}, all)",
-                    Scenario::ALL.join(", ")
+                    "unknown scenario {id:?} (known: {}, {}, all)",
+                    Scenario::ALL.join(", "),
+                    Scenario::NAMED_ONLY.join(", ")
                 );
             };
             match s.kind {
@@ -136,6 +149,18 @@ impl Args {
                     s.lb_nodes = self.lb_nodes;
                     if s.create_rate > 0.0 {
                         s.create_rate = self.service_rate;
+                    }
+                }
+                Kind::Chaos => {
+                    s.objects = self.nodes.unwrap_or(s.objects);
+                    s.services = self.services.unwrap_or(s.services);
+                    s.chaos = chaos::ChaosOptions {
+                        cloud_error_percent: self.cloud_error_percent,
+                        api_error_percent: self.api_error_percent,
+                        fault_seconds: self.fault_seconds,
+                    };
+                    if s.chaos.cloud_error_percent > 100 || s.chaos.api_error_percent > 100 {
+                        bail!("--cloud-error-percent and --api-error-percent are at most 100");
                     }
                 }
             }
@@ -322,6 +347,26 @@ mod tests {
         assert!(parse_env("=x").is_err());
         let all = Args::parse_from(["ccm-bench"]).scenarios().unwrap();
         assert_eq!(all.len(), Scenario::ALL.len());
+        assert!(all.iter().all(|s| s.id != "chaos"));
+        let chaos = Args::parse_from([
+            "ccm-bench",
+            "--scenario=chaos",
+            "--nodes=100",
+            "--services=40",
+            "--cloud-error-percent=50",
+            "--fault-seconds=5",
+        ])
+        .scenarios()
+        .unwrap();
+        assert_eq!((chaos[0].objects, chaos[0].services), (100, 40));
+        assert_eq!(chaos[0].chaos.cloud_error_percent, 50);
+        assert_eq!(chaos[0].chaos.api_error_percent, 10);
+        assert_eq!(chaos[0].chaos.fault_seconds, 5);
+        assert!(
+            Args::parse_from(["ccm-bench", "--scenario=chaos", "--api-error-percent=101"])
+                .scenarios()
+                .is_err()
+        );
         assert!(
             Args::parse_from(["ccm-bench", "--scenario=x"])
                 .scenarios()

@@ -9,6 +9,7 @@
 //! | `c` | one lifecycle pass over 5,000 initialized NotReady Nodes, 5% stopped and 5% terminated instances | as `b` |
 //! | `d` | 2,000 LoadBalancer Services created at once (100 Ready Nodes exist) | as `b`, `--concurrent-service-syncs=10` |
 //! | `d-paced` | as `d`, created at 200 Services/s | as `d` |
+//! | `chaos` | 5,000 tainted Nodes and 2,000 LoadBalancer Services under cloud and API faults, watch cuts and a `kill -9` of the daemon ([`crate::chaos`]; not in `all`) | as `d` |
 //!
 //! Every cloud call of the fake provider takes `--latency-ms` (20 ms).
 
@@ -36,7 +37,9 @@ use crate::workload::{
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Quiet time after the daemon is ready, before the workload starts (first lifecycle pass, first
 /// address sync).
-const SETTLE: Duration = Duration::from_secs(1);
+pub(crate) const SETTLE: Duration = Duration::from_secs(1);
+/// Why the measuring run below refuses the chaos scenario.
+const CHAOS_ELSEWHERE: &str = "the chaos scenario runs through chaos::run, not the measuring run";
 /// How often the fake cloud's counters are polled to find the start of the lifecycle pass.
 const PASS_POLL: Duration = Duration::from_millis(2);
 
@@ -50,6 +53,9 @@ pub enum Kind {
     Lifecycle,
     /// LoadBalancer Services are created; each completes when its ingress is set.
     LoadBalancers,
+    /// Tainted Nodes and LoadBalancer Services under faults and a daemon kill; the end state is asserted
+    /// ([`crate::chaos`]).
+    Chaos,
 }
 
 /// One scenario's parameters.
@@ -75,6 +81,10 @@ pub struct Scenario {
     pub terminated_percent: u32,
     /// LoadBalancers: Ready initialized Nodes that exist before the Services.
     pub lb_nodes: usize,
+    /// Chaos: Services created (the Nodes are `objects`).
+    pub services: usize,
+    /// Chaos: fault rates and duration.
+    pub chaos: crate::chaos::ChaosOptions,
     /// LoadBalancers: Services created per second (0: all at once).
     pub create_rate: f64,
     /// NodeInit: the fake cloud reports an ExternalIP besides the kubelet's addresses, so initialization
@@ -103,6 +113,8 @@ impl Scenario {
             stopped_percent: 5,
             terminated_percent: 5,
             lb_nodes: 100,
+            services: 0,
+            chaos: crate::chaos::ChaosOptions::default(),
             create_rate: 0.0,
             cloud_adds_addresses: false,
         };
@@ -138,12 +150,21 @@ impl Scenario {
                 create_rate: 200.0,
                 ..base
             }),
+            "chaos" => fast(Scenario {
+                id: "chaos",
+                kind: Kind::Chaos,
+                objects: 5000,
+                services: 2000,
+                ..base
+            }),
             _ => return None,
         })
     }
 
-    /// Every preset id, in run order.
+    /// The preset ids `all` runs, in run order.
     pub const ALL: [&'static str; 6] = ["a", "b", "b-addr", "c", "d", "d-paced"];
+    /// Presets only run when named: they assert an end state under faults and take minutes.
+    pub const NAMED_ONLY: [&'static str; 1] = ["chaos"];
 
     /// What the scenario does, in a few words.
     pub fn title(&self) -> String {
@@ -162,6 +183,13 @@ impl Scenario {
                 self.create_rate
             ),
             Kind::LoadBalancers => format!("{n} LoadBalancer services created at once"),
+            Kind::Chaos => format!(
+                "{n} tainted nodes and {} LoadBalancer services under {}% cloud errors, {}% API write \
+                 errors, watch cuts and a kill -9",
+                thousands(self.services),
+                self.chaos.cloud_error_percent,
+                self.chaos.api_error_percent
+            ),
         }
     }
 
@@ -179,6 +207,10 @@ impl Scenario {
     pub fn settings(&self) -> String {
         let workers = match self.kind {
             Kind::LoadBalancers => format!("service workers {}", self.service_workers),
+            Kind::Chaos => format!(
+                "node workers {}, service workers {}",
+                self.node_workers, self.service_workers
+            ),
             _ => format!("node workers {}", self.node_workers),
         };
         format!("qps {} / burst {}, {workers}", self.qps, self.burst)
@@ -210,6 +242,8 @@ impl Scenario {
             Kind::Lifecycle => self.explicit_instances().terminated.len() as u64,
             // `EnsuringLoadBalancer` and `EnsuredLoadBalancer` per service.
             Kind::LoadBalancers => 2 * self.objects as u64,
+            // Events pending in a killed daemon are lost; chaos bounds events per object instead.
+            Kind::Chaos => 0,
         }
     }
 }
@@ -242,6 +276,9 @@ pub struct RunSettings {
 /// Runs one scenario; a scenario that cannot run at all is an error, wrong end states are failures in the
 /// outcome.
 pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<Outcome> {
+    if scenario.kind == Kind::Chaos {
+        return crate::chaos::run(scenario, settings).await;
+    }
     let load = load_average();
     let dir = tempfile::Builder::new()
         .prefix(&format!("ccm-bench-{}-", scenario.id))
@@ -324,7 +361,7 @@ async fn create_services(
 }
 
 /// Waits until the daemon has listed and watches every resource in `resources`.
-async fn wait_for_informers(
+pub(crate) async fn wait_for_informers(
     daemon: &mut Daemon,
     cluster: &Cluster,
     resources: &[&str],
@@ -407,6 +444,7 @@ async fn run_on(
             .await?;
         }
         Kind::NodeInit => {}
+        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
     }
 
     // The completion watch.
@@ -439,6 +477,7 @@ async fn run_on(
                 deletion_completes: false,
             },
         ),
+        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
     };
     tracker.wait_synced(Duration::from_secs(60)).await?;
 
@@ -526,6 +565,7 @@ async fn run_on(
             ));
             (start, created, cpu_before)
         }
+        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
     };
 
     // Completion.
@@ -604,6 +644,7 @@ async fn run_on(
         Kind::LoadBalancers => {
             check_load_balancers(&client, &admin, scenario.objects, &mut failures).await?
         }
+        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
     }
 
     notes.push(format!(

@@ -115,6 +115,11 @@ impl Tracker {
         self.shared.lock().expected.len()
     }
 
+    /// How many expected objects completed so far.
+    pub fn done_count(&self) -> usize {
+        self.shared.lock().done.len()
+    }
+
     /// When each completed object completed.
     pub fn completions(&self) -> HashMap<String, Instant> {
         self.shared.lock().done.clone()

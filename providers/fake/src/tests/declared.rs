@@ -366,3 +366,70 @@ async fn a_cloud_without_load_balancers_or_routes_exports_no_such_keys() {
         *c.config()
     );
 }
+
+#[tokio::test]
+async fn backend_lists_shared_by_load_balancers_are_exported_once() {
+    let first = cloud("");
+    let many = [node("n3"), node("n1"), node("n2")];
+    for i in 0..4 {
+        first
+            .ensure_load_balancer(
+                "kubernetes",
+                &service(&format!("svc-{i}"), &format!("uid-{i}"), &[(80, 30080)]),
+                &many,
+            )
+            .await
+            .unwrap();
+    }
+    first
+        .ensure_load_balancer(
+            "kubernetes",
+            &service("lonely", "uid-lonely", &[(80, 30080)]),
+            &[node("n1")],
+        )
+        .await
+        .unwrap();
+    // A list equal to the shared one but held apart (another ensure came in between) joins it.
+    first
+        .ensure_load_balancer(
+            "kubernetes",
+            &service("late", "uid-late", &[(80, 30080)]),
+            &many,
+        )
+        .await
+        .unwrap();
+
+    let exported = first.handle().cloud_config();
+    assert_eq!(exported.load_balancer_node_sets, [vec!["n1", "n2", "n3"]]);
+    let lonely = exported
+        .load_balancers
+        .iter()
+        .find(|lb| lb.service == "default/lonely")
+        .unwrap();
+    assert_eq!(
+        (lonely.nodes.clone(), lonely.node_set),
+        (vec!["n1".to_string()], None)
+    );
+    for lb in exported
+        .load_balancers
+        .iter()
+        .filter(|lb| lb.service != "default/lonely")
+    {
+        assert_eq!((lb.nodes.len(), lb.node_set), (0, Some(0)), "{lb:?}");
+    }
+    let yaml = serde_saphyr::to_string(&exported).unwrap();
+    assert_eq!(yaml.matches("n3").count(), 1, "{yaml}");
+
+    let second = FakeCloud::from_yaml(yaml.as_bytes()).unwrap();
+    let restored = second.handle().load_balancers();
+    assert_eq!(restored, uncounted(first.handle().load_balancers()));
+    let shared: Vec<&LoadBalancerRecord> =
+        restored.iter().filter(|lb| lb.nodes.len() == 3).collect();
+    assert_eq!(shared.len(), 5);
+    assert!(
+        shared
+            .iter()
+            .all(|lb| Arc::ptr_eq(&lb.nodes, &shared[0].nodes))
+    );
+    assert_eq!(second.handle().cloud_config(), exported);
+}
