@@ -433,11 +433,18 @@ after
     #[test]
     fn readme_differences_are_listed() {
         let missing = README.replace(" / `-timeout`", "");
-        let err = check_readme_table(TABLE, &missing, "## Annotations", "example.com/").unwrap_err();
-        assert!(err.contains("lb-healthcheck-timeout is read but not"), "{err}");
+        let err =
+            check_readme_table(TABLE, &missing, "## Annotations", "example.com/").unwrap_err();
+        assert!(
+            err.contains("lb-healthcheck-timeout is read but not"),
+            "{err}"
+        );
         let extra = README.replace("`other.io/flag`", "`other.io/flag`, `lb-gone`, `-nothing`");
         let err = check_readme_table(TABLE, &extra, "## Annotations", "example.com/").unwrap_err();
-        assert!(err.contains("example.com/lb-gone is in the README table but not read"), "{err}");
+        assert!(
+            err.contains("example.com/lb-gone is in the README table but not read"),
+            "{err}"
+        );
         assert!(err.contains("\"-nothing\""), "{err}");
         assert!(check_readme_table(TABLE, README, "## Nope", "example.com/").is_err());
     }
