@@ -112,6 +112,7 @@
 //! assert!(cloud.load_balancer().is_none());
 //! ```
 
+pub mod annotations;
 pub mod cloud;
 pub mod cloud_config_yaml;
 pub mod clusters;

@@ -504,6 +504,37 @@ struct ProbeKeys {
 }
 
 impl ProbeKeys {
+    /// A `ClusterServiceLoadBalancerHealthProbeMode`, `...Port` or `...Path` entry.
+    fn apply(&mut self, key: GlobalKey, v: &Value<'_>) -> Result<(), ConfigError> {
+        match key {
+            GlobalKey::HealthProbeMode => {
+                self.shared = match v.text().trim() {
+                    "" | "ServiceNodePort" => false,
+                    "Shared" => true,
+                    _ => return Err(v.invalid("must be ServiceNodePort or Shared")),
+                }
+            }
+            GlobalKey::SharedHealthProbePort => {
+                self.port = match v.text().trim().parse::<i32>() {
+                    Ok(0) => None,
+                    Ok(n @ 1..=65535) => Some(n),
+                    _ => return Err(v.invalid("must be a port number from 1 to 65535")),
+                }
+            }
+            // GlobalKey::SharedHealthProbePath, the one key left.
+            _ => {
+                let path = v.text().trim();
+                if !path.is_empty()
+                    && (!path.starts_with('/') || path.contains(char::is_whitespace))
+                {
+                    return Err(v.invalid("must be a path starting with /"));
+                }
+                self.path = Some(path.to_string()).filter(|p| !p.is_empty());
+            }
+        }
+        Ok(())
+    }
+
     fn resolve(&self) -> ClusterHealthProbe {
         if !self.shared {
             return ClusterHealthProbe::ServiceNodePort;
@@ -590,116 +621,93 @@ impl CloudConfig {
                 key: name,
                 entry,
             };
-            match key {
-                GlobalKey::Zone => self.zone = Some(v.word()?),
-                GlobalKey::Region => self.region = Some(v.word()?),
-                GlobalKey::Vpc => self.vpc = Some(v.id("vpc-")?),
-                GlobalKey::SubnetId => self.subnet_id = Some(v.id("subnet-")?),
-                GlobalKey::RouteTableId => self.route_table_id = Some(v.id("rtb-")?),
-                GlobalKey::RoleArn => {
-                    let arn = v.word()?;
-                    if !arn.starts_with("arn:") || !arn.contains(":role/") {
-                        return Err(v.invalid(
-                            "must be an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)",
-                        ));
-                    }
-                    self.role_arn = Some(arn);
-                }
-                GlobalKey::SourceArn => self.source_arn = Some(v.word()?),
-                GlobalKey::TopologyPattern => {
-                    return Err(v.unsupported(
-                        "this provider does not write topology.k8s.aws/network-node-layer labels, so the \
-                         instance types that need them cannot be chosen",
-                    ));
-                }
-                GlobalKey::NlbSecurityGroupMode => match v.text().trim() {
-                    "" => {}
-                    "Managed" => {
-                        return Err(v.unsupported(
-                            "managed security groups of network load balancers are not implemented \
-                             (leave it unset: network load balancers then get no security group, as upstream)",
-                        ));
-                    }
-                    other => {
-                        return Err(v.invalid(format!(
-                            "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
-                        )));
-                    }
-                },
-                GlobalKey::KubernetesClusterTag => {
-                    self.kubernetes_cluster_tag = Some(legacy_cluster_id(&v)?)
-                }
-                GlobalKey::KubernetesClusterId => {
-                    self.kubernetes_cluster_id = Some(cluster_id(&v)?)
-                }
-                GlobalKey::DisableSecurityGroupIngress => {
-                    self.disable_security_group_ingress = v.bool()?
-                }
-                GlobalKey::ElbSecurityGroup => self.elb_security_group = Some(v.id("sg-")?),
-                GlobalKey::NodeIpFamilies => {
-                    if !*families_seen {
-                        self.node_ip_families.clear();
-                        *families_seen = true;
-                    }
-                    for item in v.text().split(',').map(str::trim) {
-                        let family = match item.to_ascii_lowercase().as_str() {
-                            "ipv4" => IpFamily::Ipv4,
-                            "ipv6" => IpFamily::Ipv6,
-                            _ => return Err(v.invalid("each family must be ipv4 or ipv6")),
-                        };
-                        if self.node_ip_families.contains(&family) {
-                            return Err(v.invalid("a family is listed twice"));
-                        }
-                        self.node_ip_families.push(family);
-                    }
-                }
-                GlobalKey::RetryMode => {
-                    self.retry_mode = match v.text().trim().to_ascii_lowercase().as_str() {
-                        "standard" => RetryMode::Standard,
-                        "adaptive" => RetryMode::Adaptive,
-                        _ => return Err(v.invalid("must be standard or adaptive")),
-                    }
-                }
-                GlobalKey::MaxAttempts => {
-                    self.max_attempts = match v.text().trim().parse::<u32>() {
-                        Ok(n @ 1..=20) => n,
-                        _ => return Err(v.invalid("must be a whole number from 1 to 20")),
-                    }
-                }
-                GlobalKey::InstanceCacheTtl => {
-                    self.instance_cache_ttl = parse_duration(v.text().trim()).ok_or_else(|| {
-                        v.invalid("must be a duration such as 30s, 2m or 0 (at most 1h)")
-                    })?
-                }
-                GlobalKey::SecurityGroupRulesLimit => {
-                    self.security_group_rules_limit = Some(rules_limit(&v)?)
-                }
-                GlobalKey::HealthProbeMode => {
-                    probe.shared = match v.text().trim() {
-                        "" | "ServiceNodePort" => false,
-                        "Shared" => true,
-                        _ => return Err(v.invalid("must be ServiceNodePort or Shared")),
-                    }
-                }
-                GlobalKey::SharedHealthProbePort => {
-                    probe.port = match v.text().trim().parse::<i32>() {
-                        Ok(0) => None,
-                        Ok(n @ 1..=65535) => Some(n),
-                        _ => return Err(v.invalid("must be a port number from 1 to 65535")),
-                    }
-                }
-                GlobalKey::SharedHealthProbePath => {
-                    let path = v.text().trim();
-                    if !path.is_empty()
-                        && (!path.starts_with('/') || path.contains(char::is_whitespace))
-                    {
-                        return Err(v.invalid("must be a path starting with /"));
-                    }
-                    probe.path = Some(path.to_string()).filter(|p| !p.is_empty());
-                }
-            }
+            self.apply_global_key(key, &v, families_seen, probe)?;
         }
         self.cluster_health_probe = probe.resolve();
+        Ok(())
+    }
+
+    /// One `[Global]` entry.
+    fn apply_global_key(
+        &mut self,
+        key: GlobalKey,
+        v: &Value<'_>,
+        families_seen: &mut bool,
+        probe: &mut ProbeKeys,
+    ) -> Result<(), ConfigError> {
+        match key {
+            GlobalKey::Zone => self.zone = Some(v.word()?),
+            GlobalKey::Region => self.region = Some(v.word()?),
+            GlobalKey::Vpc => self.vpc = Some(v.id("vpc-")?),
+            GlobalKey::SubnetId => self.subnet_id = Some(v.id("subnet-")?),
+            GlobalKey::RouteTableId => self.route_table_id = Some(v.id("rtb-")?),
+            GlobalKey::RoleArn => self.role_arn = Some(role_arn(v)?),
+            GlobalKey::SourceArn => self.source_arn = Some(v.word()?),
+            GlobalKey::TopologyPattern => {
+                return Err(v.unsupported(
+                    "this provider does not write topology.k8s.aws/network-node-layer labels, so the \
+                     instance types that need them cannot be chosen",
+                ));
+            }
+            GlobalKey::NlbSecurityGroupMode => nlb_security_group_mode(v)?,
+            GlobalKey::KubernetesClusterTag => {
+                self.kubernetes_cluster_tag = Some(legacy_cluster_id(v)?)
+            }
+            GlobalKey::KubernetesClusterId => self.kubernetes_cluster_id = Some(cluster_id(v)?),
+            GlobalKey::DisableSecurityGroupIngress => {
+                self.disable_security_group_ingress = v.bool()?
+            }
+            GlobalKey::ElbSecurityGroup => self.elb_security_group = Some(v.id("sg-")?),
+            GlobalKey::NodeIpFamilies => self.add_node_ip_families(v, families_seen)?,
+            GlobalKey::RetryMode => {
+                self.retry_mode = match v.text().trim().to_ascii_lowercase().as_str() {
+                    "standard" => RetryMode::Standard,
+                    "adaptive" => RetryMode::Adaptive,
+                    _ => return Err(v.invalid("must be standard or adaptive")),
+                }
+            }
+            GlobalKey::MaxAttempts => {
+                self.max_attempts = match v.text().trim().parse::<u32>() {
+                    Ok(n @ 1..=20) => n,
+                    _ => return Err(v.invalid("must be a whole number from 1 to 20")),
+                }
+            }
+            GlobalKey::InstanceCacheTtl => {
+                self.instance_cache_ttl = parse_duration(v.text().trim()).ok_or_else(|| {
+                    v.invalid("must be a duration such as 30s, 2m or 0 (at most 1h)")
+                })?
+            }
+            GlobalKey::SecurityGroupRulesLimit => {
+                self.security_group_rules_limit = Some(rules_limit(v)?)
+            }
+            GlobalKey::HealthProbeMode
+            | GlobalKey::SharedHealthProbePort
+            | GlobalKey::SharedHealthProbePath => probe.apply(key, v)?,
+        }
+        Ok(())
+    }
+
+    /// A `NodeIPFamilies` entry: the first one replaces the default, later ones add to it.
+    fn add_node_ip_families(
+        &mut self,
+        v: &Value<'_>,
+        families_seen: &mut bool,
+    ) -> Result<(), ConfigError> {
+        if !*families_seen {
+            self.node_ip_families.clear();
+            *families_seen = true;
+        }
+        for item in v.text().split(',').map(str::trim) {
+            let family = match item.to_ascii_lowercase().as_str() {
+                "ipv4" => IpFamily::Ipv4,
+                "ipv6" => IpFamily::Ipv6,
+                _ => return Err(v.invalid("each family must be ipv4 or ipv6")),
+            };
+            if self.node_ip_families.contains(&family) {
+                return Err(v.invalid("a family is listed twice"));
+            }
+            self.node_ip_families.push(family);
+        }
         Ok(())
     }
 
@@ -716,6 +724,31 @@ impl CloudConfig {
         self.service_overrides.iter().find(|o| {
             o.service.covers(service) && (o.region == region || service == AwsService::Imds)
         })
+    }
+}
+
+/// `RoleARN`: an IAM role ARN.
+fn role_arn(v: &Value<'_>) -> Result<String, ConfigError> {
+    let arn = v.word()?;
+    if !arn.starts_with("arn:") || !arn.contains(":role/") {
+        return Err(
+            v.invalid("must be an IAM role ARN (arn:<partition>:iam::<account>:role/<name>)")
+        );
+    }
+    Ok(arn)
+}
+
+/// `NLBSecurityGroupMode`: only empty (no security group, as upstream) is supported.
+fn nlb_security_group_mode(v: &Value<'_>) -> Result<(), ConfigError> {
+    match v.text().trim() {
+        "" => Ok(()),
+        "Managed" => Err(v.unsupported(
+            "managed security groups of network load balancers are not implemented \
+             (leave it unset: network load balancers then get no security group, as upstream)",
+        )),
+        other => Err(v.invalid(format!(
+            "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
+        ))),
     }
 }
 

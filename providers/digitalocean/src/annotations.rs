@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use cloud_provider::annotations::comma_list_keeping_empty;
 use k8s_openapi::api::core::v1::Service;
 
 use crate::config::LbType;
@@ -137,49 +138,8 @@ pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> S
     }
 }
 
-/// Go's `strconv.ParseBool`.
-///
-/// ```
-/// use provider_digitalocean::annotations::parse_go_bool;
-/// assert_eq!(parse_go_bool("True"), Some(true));
-/// assert_eq!(parse_go_bool("f"), Some(false));
-/// assert_eq!(parse_go_bool("tRuE"), None);
-/// assert_eq!(parse_go_bool(" true"), None);
-/// ```
-pub fn parse_go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// Go's `strconv.Atoi` on a 64-bit platform: an optional `+` or `-`, then decimal digits.
-///
-/// ```
-/// use provider_digitalocean::annotations::parse_go_int;
-/// assert_eq!(parse_go_int("+42"), Some(42));
-/// assert_eq!(parse_go_int("-3"), Some(-3));
-/// assert_eq!(parse_go_int(" 3"), None);
-/// assert_eq!(parse_go_int(""), None);
-/// ```
-pub fn parse_go_int(v: &str) -> Option<i64> {
-    v.parse::<i64>().ok()
-}
-
-/// Go's `strconv.ParseUint(v, 10, 64)`: decimal digits only, no sign.
-///
-/// ```
-/// use provider_digitalocean::annotations::parse_go_uint;
-/// assert_eq!(parse_go_uint("90"), Some(90));
-/// assert_eq!(parse_go_uint("+90"), None);
-/// ```
-pub fn parse_go_uint(v: &str) -> Option<u64> {
-    if v.starts_with('+') {
-        return None;
-    }
-    v.parse::<u64>().ok()
-}
+/// Go's `strconv` readings of booleans and integers, shared with the other providers.
+pub use cloud_provider::annotations::{parse_go_bool, parse_go_int, parse_go_uint};
 
 /// A Service's annotations, read the way upstream reads them (Go map lookups, values as written).
 #[derive(Debug, Clone, Copy)]
@@ -240,7 +200,7 @@ impl<'a> Annotations<'a> {
     pub(crate) fn strings(&self, key: &str) -> Vec<String> {
         match self.non_empty(key) {
             None => Vec::new(),
-            Some(raw) => raw.split(',').map(|p| p.trim().to_string()).collect(),
+            Some(raw) => comma_list_keeping_empty(raw),
         }
     }
 }

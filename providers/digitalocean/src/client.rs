@@ -437,16 +437,7 @@ impl DoClient {
     ) -> Result<Response, ApiError> {
         let inner = &self.inner;
         let request = describe(&method, url.path());
-        if method != Method::GET {
-            let details = || {
-                body.as_deref()
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .unwrap_or_default()
-            };
-            if inner.gate.check(&request, details).is_err() {
-                return Err(ApiError::DryRun { request });
-            }
-        }
+        self.pass_gate(&method, request.clone(), body.as_deref())?;
         let mut attempt: u32 = 0;
         loop {
             if let Some(limiter) = &inner.limiter {
@@ -454,16 +445,7 @@ impl DoClient {
             }
             self.wait_for_budget(&request).await?;
 
-            let mut builder = inner
-                .http
-                .request(method.clone(), url.clone())
-                .header(header::AUTHORIZATION, inner.auth.clone())
-                .header(header::ACCEPT, "application/json");
-            if let Some(body) = &body {
-                builder = builder
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(body.clone());
-            }
+            let builder = self.request_builder(&method, &url, body.as_ref());
             let started = std::time::Instant::now();
             let result = builder.send().await;
             let resp = match result {
@@ -535,6 +517,47 @@ impl DoClient {
                 continue;
             }
             return Err(status_error(request, status, &headers, &body_bytes));
+        }
+    }
+
+    /// The mutation gate: every call but a `GET` passes through it (a dry run refuses it).
+    fn pass_gate(
+        &self,
+        method: &Method,
+        request: String,
+        body: Option<&[u8]>,
+    ) -> Result<(), ApiError> {
+        if *method == Method::GET {
+            return Ok(());
+        }
+        let details = || {
+            body.map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        if self.inner.gate.check(&request, details).is_err() {
+            return Err(ApiError::DryRun { request });
+        }
+        Ok(())
+    }
+
+    /// One attempt's request: the token, JSON accepted, and the JSON body when there is one.
+    fn request_builder(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&bytes::Bytes>,
+    ) -> reqwest::RequestBuilder {
+        let inner = &self.inner;
+        let builder = inner
+            .http
+            .request(method.clone(), url.clone())
+            .header(header::AUTHORIZATION, inner.auth.clone())
+            .header(header::ACCEPT, "application/json");
+        match body {
+            Some(body) => builder
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body.clone()),
+            None => builder,
         }
     }
 

@@ -28,8 +28,7 @@
 //! and for `REGIONAL_NETWORK` `DUALSTACK` only when every backing node is dual-stack. `DUALSTACK` is
 //! refused for `INTERNAL`, and for `REGIONAL_NETWORK` when a backing node has no IPv6 address.
 
-use std::net::{IpAddr, Ipv4Addr};
-
+use cloud_provider::annotations::parse_cidr_go_sloppy;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 
 use crate::annotations::*;
@@ -728,7 +727,7 @@ fn source_range_rules(service: &Service) -> Result<Vec<String>, ServiceConfigErr
         .unwrap_or_default();
     let mut rules: Vec<String> = Vec::with_capacity(ranges.len());
     for (i, range) in ranges.iter().enumerate() {
-        let network = parse_cidr_sloppy(range.trim()).ok_or_else(|| {
+        let network = parse_cidr_go_sloppy(range.trim()).ok_or_else(|| {
             invalid(
                 format!("spec.loadBalancerSourceRanges[{i}]"),
                 format!(
@@ -742,40 +741,6 @@ fn source_range_rules(service: &Service) -> Result<Vec<String>, ServiceConfigErr
         }
     }
     Ok(rules)
-}
-
-/// A CIDR as Go prints the network of `net.ParseCIDR` (IPv4-mapped IPv6 networks print as IPv4).
-fn parse_cidr_sloppy(raw: &str) -> Option<String> {
-    let (address, prefix) = raw.split_once('/')?;
-    let prefix: u8 = prefix.parse().ok()?;
-    let address = strip_ipv4_leading_zeros(address).unwrap_or_else(|| address.to_string());
-    let network = ipnet::IpNet::new(address.parse::<IpAddr>().ok()?, prefix)
-        .ok()?
-        .trunc();
-    if let ipnet::IpNet::V6(v6) = network
-        && let Some(v4) = v6.network().to_ipv4_mapped()
-        && v6.prefix_len() >= 96
-    {
-        return Some(format!("{v4}/{}", v6.prefix_len() - 96));
-    }
-    Some(network.to_string())
-}
-
-/// `010.001.0.1` → `10.1.0.1`, for dotted IPv4 addresses; `None` for anything else.
-fn strip_ipv4_leading_zeros(address: &str) -> Option<String> {
-    let octets: Vec<&str> = address.split('.').collect();
-    if octets.len() != 4
-        || octets
-            .iter()
-            .any(|o| o.is_empty() || o.len() > 3 || !o.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return None;
-    }
-    let parsed: Vec<u8> = octets
-        .iter()
-        .map(|o| o.parse::<u8>().ok())
-        .collect::<Option<_>>()?;
-    Some(Ipv4Addr::new(parsed[0], parsed[1], parsed[2], parsed[3]).to_string())
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@
 //! assert!(err.to_string().contains("DO_ACCESS_TOKEN"));
 //! ```
 
+pub mod annotation_table;
 pub mod annotations;
 pub mod api;
 pub mod client;

@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use cloud_provider::ANNOTATION_LOAD_BALANCER_SOURCE_RANGES;
+use cloud_provider::annotations::{
+    cidr_list, comma_list_skipping_empty, comma_list_without_empty, key_value_pairs_trimmed,
+    parse_go_bool,
+};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 
@@ -332,16 +336,8 @@ pub(crate) fn source_ranges(service: &Service) -> Result<Option<Vec<IpNet>>, Spe
             _ => return Ok(None),
         },
     };
-    let mut ranges: Vec<IpNet> = Vec::new();
-    for item in raw {
-        let net: IpNet = item
-            .trim()
-            .parse()
-            .map_err(|_| SpecError::new(subject, format!("{item:?} is not a CIDR")))?;
-        if !ranges.contains(&net.trunc()) {
-            ranges.push(net.trunc());
-        }
-    }
+    let ranges = cidr_list(&raw)
+        .map_err(|item| SpecError::new(subject, format!("{item:?} is not a CIDR")))?;
     Ok(Some(ranges))
 }
 
@@ -356,18 +352,11 @@ pub fn lb_kind(service: &Service) -> LbKind {
     }
 }
 
-/// A boolean as upstream reads it (Go's `strconv.ParseBool`): `1`, `t`, `T`, `TRUE`, `true`, `True` and
-/// their false counterparts.
-/// A boolean as Go's `strconv.ParseBool` reads it (upstream's parser).
+/// A boolean as Go's `strconv.ParseBool` reads it (upstream's parser): `1`, `t`, `T`, `TRUE`, `true`,
+/// `True` and their false counterparts.
 pub(crate) fn parse_bool(key: &str, value: &str) -> Result<bool, SpecError> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(SpecError::new(
-            key,
-            format!("must be \"true\" or \"false\", got {value:?}"),
-        )),
-    }
+    parse_go_bool(value)
+        .ok_or_else(|| SpecError::new(key, format!("must be \"true\" or \"false\", got {value:?}")))
 }
 
 /// An optional boolean annotation: absent or empty is `false`, as upstream reads it.
@@ -378,7 +367,8 @@ fn annotated_bool(service: &Service, key: &str) -> Result<bool, SpecError> {
     }
 }
 
-fn parse_int(key: &str, value: &str, min: i32, max: i32) -> Result<i32, SpecError> {
+/// A whole number within the range AWS accepts.
+pub(crate) fn parse_int(key: &str, value: &str, min: i32, max: i32) -> Result<i32, SpecError> {
     match value.parse::<i32>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
         _ => Err(SpecError::new(
@@ -390,28 +380,12 @@ fn parse_int(key: &str, value: &str, min: i32, max: i32) -> Result<i32, SpecErro
 
 /// A comma-separated list without empty items.
 fn parse_list(key: &str, value: &str) -> Result<Vec<String>, SpecError> {
-    let items: Vec<String> = value.split(',').map(|s| s.trim().to_string()).collect();
-    if items.iter().any(String::is_empty) {
-        return Err(SpecError::new(
+    comma_list_without_empty(value).ok_or_else(|| {
+        SpecError::new(
             key,
             format!("{value:?} is not a comma-separated list without empty items"),
-        ));
-    }
-    Ok(items)
-}
-
-/// `k=v,k2=` pairs as upstream reads them: a bare `k` means an empty value, the value ends at a further
-/// `=`, entries with an empty key are skipped and a repeated key keeps its last value.
-fn parse_pairs(value: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for item in value.split(',').map(str::trim) {
-        let mut parts = item.split('=').map(str::trim);
-        let k = parts.next().unwrap_or_default();
-        if !k.is_empty() {
-            out.insert(k.to_string(), parts.next().unwrap_or_default().to_string());
-        }
-    }
-    out
+        )
+    })
 }
 
 fn resource_id(key: &str, item: &str, prefix: &str) -> Result<(), SpecError> {
@@ -448,6 +422,55 @@ fn access_log(service: &Service) -> Result<AccessLog, SpecError> {
     })
 }
 
+/// The TLS annotations, read as upstream reads them: a policy, ports or backend protocol without a
+/// certificate, ports the Service does not have and UDP ports in the list are ignored, not errors.
+struct TlsAnnotations {
+    certificate: Option<String>,
+    ssl_policy: Option<String>,
+    /// Only "ssl" makes TLS target groups; upstream ignores every other value.
+    backend_tls: bool,
+    /// The ssl-ports list (names or numbers); `None` for every port.
+    ssl_ports: Option<Vec<String>>,
+}
+
+impl TlsAnnotations {
+    fn read(service: &Service) -> Result<Self, SpecError> {
+        let certificate = annotation(service, ANN_SSL_CERT)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string);
+        if let Some(cert) = &certificate
+            && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
+        {
+            return Err(SpecError::new(
+                ANN_SSL_CERT,
+                format!("{cert:?} is not a certificate ARN"),
+            ));
+        }
+        Ok(TlsAnnotations {
+            certificate,
+            ssl_policy: annotation(service, ANN_SSL_NEGOTIATION_POLICY)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string),
+            backend_tls: annotation(service, ANN_BACKEND_PROTOCOL) == Some("ssl"),
+            ssl_ports: match annotation(service, ANN_SSL_PORTS) {
+                None | Some("" | "*") => None,
+                Some(v) => Some(comma_list_skipping_empty(v)),
+            },
+        })
+    }
+
+    /// Whether a listener on the Service port gets TLS.
+    fn on(&self, port: &ServicePort, protocol: Protocol) -> bool {
+        let name = port.name.as_deref().unwrap_or_default();
+        self.certificate.is_some()
+            && protocol == Protocol::Tcp
+            && self.ssl_ports.as_ref().is_none_or(|list| {
+                list.iter()
+                    .any(|i| *i == name || *i == port.port.to_string())
+            })
+    }
+}
+
 /// The listeners of the Service's ports (each with its protocol), TLS as the ssl-cert, ssl-ports,
 /// negotiation-policy and backend-protocol annotations ask.
 fn port_mappings(
@@ -455,60 +478,28 @@ fn port_mappings(
     service_ports: &[ServicePort],
     protocols: &[Protocol],
 ) -> Result<Vec<PortMapping>, SpecError> {
-    // TLS, read as upstream reads it: a policy, ports or backend protocol without a certificate, ports the
-    // Service does not have and UDP ports in the list are ignored, not errors.
-    let certificate = annotation(service, ANN_SSL_CERT)
-        .filter(|c| !c.is_empty())
-        .map(str::to_string);
-    if let Some(cert) = &certificate
-        && (!cert.starts_with("arn:") || cert.chars().any(char::is_whitespace))
-    {
-        return Err(SpecError::new(
-            ANN_SSL_CERT,
-            format!("{cert:?} is not a certificate ARN"),
-        ));
-    }
-    let ssl_policy = annotation(service, ANN_SSL_NEGOTIATION_POLICY)
-        .filter(|p| !p.is_empty())
-        .map(str::to_string);
-    // Only "ssl" makes TLS target groups; upstream ignores every other value.
-    let backend_tls = annotation(service, ANN_BACKEND_PROTOCOL) == Some("ssl");
-    let ssl_ports: Option<Vec<String>> = match annotation(service, ANN_SSL_PORTS) {
-        None | Some("" | "*") => None,
-        Some(v) => Some(
-            v.split(',')
-                .map(|i| i.trim().to_string())
-                .filter(|i| !i.is_empty())
-                .collect(),
-        ),
-    };
-
+    let tls_annotations = TlsAnnotations::read(service)?;
     // As upstream, a port without a node port (allocateLoadBalancerNodePorts: false) gets no listener.
     let ports = service_ports
         .iter()
         .zip(protocols)
         .filter(|(p, _)| p.node_port.unwrap_or(0) != 0)
         .map(|(p, protocol)| {
-            let port_name = p.name.clone().unwrap_or_default();
-            let tls = certificate.is_some()
-                && *protocol == Protocol::Tcp
-                && ssl_ports.as_ref().is_none_or(|list| {
-                    list.iter()
-                        .any(|i| *i == port_name || *i == p.port.to_string())
-                });
+            let tls = tls_annotations.on(p, *protocol);
+            let if_tls = |v: &Option<String>| if tls { v.clone() } else { None };
             PortMapping {
-                name: port_name,
+                name: p.name.clone().unwrap_or_default(),
                 port: p.port,
                 node_port: p.node_port.unwrap_or(0),
                 service_protocol: *protocol,
                 listener_protocol: if tls { Protocol::Tls } else { *protocol },
-                target_protocol: if tls && backend_tls {
+                target_protocol: if tls && tls_annotations.backend_tls {
                     Protocol::Tls
                 } else {
                     *protocol
                 },
-                certificate: if tls { certificate.clone() } else { None },
-                ssl_policy: if tls { ssl_policy.clone() } else { None },
+                certificate: if_tls(&tls_annotations.certificate),
+                ssl_policy: if_tls(&tls_annotations.ssl_policy),
             }
         })
         .collect();
@@ -524,27 +515,22 @@ fn health_check(
     probe: &ClusterHealthProbe,
 ) -> Result<HealthCheck, SpecError> {
     let local_traffic = spec.external_traffic_policy.as_deref() == Some("Local");
-    let mut hc = if local_traffic {
-        let port = spec
-            .health_check_node_port
-            .filter(|p| *p > 0)
-            .ok_or_else(|| {
-                SpecError::new(
-                    "spec.healthCheckNodePort",
-                    "is not set although externalTrafficPolicy is Local",
-                )
-            })?;
-        HealthCheck {
-            protocol: HealthCheckProtocol::Http,
-            port: HealthCheckPort::Port(port),
-            path: Some("/healthz".to_string()),
-            interval: 10,
-            timeout: 10,
-            healthy_threshold: 2,
-            unhealthy_threshold: 2,
-        }
-    } else {
-        HealthCheck {
+    let mut hc = default_health_check(spec, local_traffic)?;
+    annotated_health_check_target(service, &mut hc)?;
+    if let (false, ClusterHealthProbe::Shared { port, path }) = (local_traffic, probe) {
+        hc.protocol = HealthCheckProtocol::Http;
+        hc.port = HealthCheckPort::Port(*port);
+        hc.path = Some(path.clone());
+    }
+    annotated_health_check_timing(service, &mut hc)?;
+    Ok(hc)
+}
+
+/// Upstream's default check: HTTP `/healthz` on the health-check node port for `externalTrafficPolicy:
+/// Local`, else TCP on the traffic port.
+fn default_health_check(spec: &ServiceSpec, local_traffic: bool) -> Result<HealthCheck, SpecError> {
+    if !local_traffic {
+        return Ok(HealthCheck {
             protocol: HealthCheckProtocol::Tcp,
             port: HealthCheckPort::TrafficPort,
             path: None,
@@ -552,8 +538,30 @@ fn health_check(
             timeout: 10,
             healthy_threshold: 3,
             unhealthy_threshold: 3,
-        }
-    };
+        });
+    }
+    let port = spec
+        .health_check_node_port
+        .filter(|p| *p > 0)
+        .ok_or_else(|| {
+            SpecError::new(
+                "spec.healthCheckNodePort",
+                "is not set although externalTrafficPolicy is Local",
+            )
+        })?;
+    Ok(HealthCheck {
+        protocol: HealthCheckProtocol::Http,
+        port: HealthCheckPort::Port(port),
+        path: Some("/healthz".to_string()),
+        interval: 10,
+        timeout: 10,
+        healthy_threshold: 2,
+        unhealthy_threshold: 2,
+    })
+}
+
+/// The healthcheck-protocol, -port and -path annotations.
+fn annotated_health_check_target(service: &Service, hc: &mut HealthCheck) -> Result<(), SpecError> {
     if let Some(v) = annotation(service, ANN_HC_PROTOCOL) {
         hc.protocol = match v.to_ascii_uppercase().as_str() {
             "TCP" => HealthCheckProtocol::Tcp,
@@ -596,11 +604,11 @@ fn health_check(
             }
         }
     }
-    if let (false, ClusterHealthProbe::Shared { port, path }) = (local_traffic, probe) {
-        hc.protocol = HealthCheckProtocol::Http;
-        hc.port = HealthCheckPort::Port(*port);
-        hc.path = Some(path.clone());
-    }
+    Ok(())
+}
+
+/// The healthcheck-healthy-threshold, -unhealthy-threshold, -interval and -timeout annotations.
+fn annotated_health_check_timing(service: &Service, hc: &mut HealthCheck) -> Result<(), SpecError> {
     if let Some(v) = annotation(service, ANN_HC_HEALTHY) {
         hc.healthy_threshold = parse_int(ANN_HC_HEALTHY, v, 2, 10)?;
     }
@@ -615,7 +623,7 @@ fn health_check(
             SpecError::new(ANN_HC_TIMEOUT, format!("must be a whole number, got {v:?}"))
         })?;
     }
-    Ok(hc)
+    Ok(())
 }
 
 /// The additional-resource-tags annotation: only tags AWS would refuse (`aws:` keys, over-long keys or
@@ -624,7 +632,7 @@ fn additional_tags(service: &Service) -> Result<BTreeMap<String, String>, SpecEr
     Ok(match annotation(service, ANN_ADDITIONAL_TAGS) {
         None => BTreeMap::new(),
         Some(v) => {
-            let tags = parse_pairs(v);
+            let tags = key_value_pairs_trimmed(v);
             for (k, val) in &tags {
                 if k.len() > 128 || val.len() > 256 {
                     return Err(SpecError::new(
@@ -655,7 +663,7 @@ fn target_group_attributes(
     Ok(match annotation(service, ANN_TARGET_GROUP_ATTRIBUTES) {
         None => BTreeMap::new(),
         Some(v) => {
-            let attrs = parse_pairs(v);
+            let attrs = key_value_pairs_trimmed(v);
             for (k, val) in &attrs {
                 let Some((_, kind)) = TARGET_GROUP_ATTRIBUTES.iter().find(|(name, _)| name == k)
                 else {
@@ -695,20 +703,8 @@ fn target_group_attributes(
     })
 }
 
-/// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`]. `probe` is the
-/// cluster's `ClusterServiceLoadBalancerHealthProbeMode`: in `Shared` mode the target groups of
-/// `externalTrafficPolicy: Cluster` Services check the shared HTTP endpoint instead of the annotated or
-/// default check (its interval and thresholds still apply), as upstream does.
-pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, SpecError> {
-    let spec = service.spec.clone().unwrap_or_default();
-    let namespace = service
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_string());
-    let name = service.metadata.name.clone().unwrap_or_default();
-
-    // Spec pre-flight checks.
+/// The Service fields a network load balancer cannot honour: session affinity and a requested IP.
+fn check_spec_fields(spec: &ServiceSpec) -> Result<(), SpecError> {
     if let Some(affinity) = spec.session_affinity.as_deref()
         && affinity != "None"
     {
@@ -729,7 +725,11 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
             ),
         ));
     }
-    let service_ports = spec.ports.clone().unwrap_or_default();
+    Ok(())
+}
+
+/// The protocol of each Service port: TCP or UDP, one for all ports.
+fn port_protocols(service_ports: &[ServicePort]) -> Result<Vec<Protocol>, SpecError> {
     if service_ports.is_empty() {
         return Err(SpecError::new(
             "spec.ports",
@@ -737,7 +737,7 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
         ));
     }
     let mut protocols = Vec::new();
-    for p in &service_ports {
+    for p in service_ports {
         let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
             "TCP" => Protocol::Tcp,
             "UDP" => Protocol::Udp,
@@ -759,94 +759,126 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
             "mixed protocols (TCP and UDP) are not supported for AWS load balancers",
         ));
     }
+    Ok(protocols)
+}
 
-    // Scheme and placement.
+/// Scheme and placement: internal or not, explicit subnets, Elastic IPs and private addresses.
+struct Placement {
+    internal: bool,
+    subnets: Option<Vec<String>>,
+    eip_allocations: Option<Vec<String>>,
+    private_ipv4_addresses: Option<Vec<Ipv4Addr>>,
+}
+
+/// The internal, subnets, eip-allocations and private-ipv4-addresses annotations; the
+/// extra-security-groups annotation is refused (upstream refuses it on NLBs).
+fn placement(service: &Service) -> Result<Placement, SpecError> {
     // As upstream: any value but "false" (and empty) makes the load balancer internal.
     let internal = !matches!(annotation(service, ANN_INTERNAL), None | Some("false" | ""));
     // Empty items are skipped, as upstream splits the list.
     let subnets = annotation(service, ANN_SUBNETS)
-        .map(|v| {
-            v.split(',')
-                .map(|i| i.trim().to_string())
-                .filter(|i| !i.is_empty())
-                .collect::<Vec<_>>()
-        })
+        .map(comma_list_skipping_empty)
         .filter(|list| !list.is_empty());
-    let eip_allocations = match annotation(service, ANN_EIP_ALLOCATIONS) {
-        None => None,
-        Some(v) => {
-            let ids = parse_list(ANN_EIP_ALLOCATIONS, v)?;
-            for id in &ids {
-                resource_id(ANN_EIP_ALLOCATIONS, id, "eipalloc-")?;
-            }
-            if internal {
-                return Err(SpecError::new(
-                    ANN_EIP_ALLOCATIONS,
-                    "Elastic IPs can only be used with internet-facing load balancers",
-                ));
-            }
-            Some(ids)
-        }
-    };
-    let private_ipv4_addresses = match annotation(service, ANN_PRIVATE_IPV4) {
-        None => None,
-        Some(v) => {
-            let mut ips = Vec::new();
-            for item in parse_list(ANN_PRIVATE_IPV4, v)? {
-                ips.push(item.parse::<Ipv4Addr>().map_err(|_| {
-                    SpecError::new(ANN_PRIVATE_IPV4, format!("{item:?} is not an IPv4 address"))
-                })?);
-            }
-            if !internal {
-                return Err(SpecError::new(
-                    ANN_PRIVATE_IPV4,
-                    format!(
-                        "private IPv4 addresses can only be used with internal load balancers ({ANN_INTERNAL}: \"true\")"
-                    ),
-                ));
-            }
-            Some(ips)
-        }
-    };
+    let eip_allocations = eip_allocations(service, internal)?;
+    let private_ipv4_addresses = private_ipv4_addresses(service, internal)?;
     if annotation(service, ANN_EXTRA_SECURITY_GROUPS).is_some() {
         return Err(SpecError::new(
             ANN_EXTRA_SECURITY_GROUPS,
             "BYO extra security groups are not supported by NLB",
         ));
     }
+    Ok(Placement {
+        internal,
+        subnets,
+        eip_allocations,
+        private_ipv4_addresses,
+    })
+}
 
+/// The eip-allocations annotation: allocation IDs, internet-facing load balancers only.
+fn eip_allocations(service: &Service, internal: bool) -> Result<Option<Vec<String>>, SpecError> {
+    let Some(v) = annotation(service, ANN_EIP_ALLOCATIONS) else {
+        return Ok(None);
+    };
+    let ids = parse_list(ANN_EIP_ALLOCATIONS, v)?;
+    for id in &ids {
+        resource_id(ANN_EIP_ALLOCATIONS, id, "eipalloc-")?;
+    }
+    if internal {
+        return Err(SpecError::new(
+            ANN_EIP_ALLOCATIONS,
+            "Elastic IPs can only be used with internet-facing load balancers",
+        ));
+    }
+    Ok(Some(ids))
+}
+
+/// The private-ipv4-addresses annotation: IPv4 addresses, internal load balancers only.
+fn private_ipv4_addresses(
+    service: &Service,
+    internal: bool,
+) -> Result<Option<Vec<Ipv4Addr>>, SpecError> {
+    let Some(v) = annotation(service, ANN_PRIVATE_IPV4) else {
+        return Ok(None);
+    };
+    let mut ips = Vec::new();
+    for item in parse_list(ANN_PRIVATE_IPV4, v)? {
+        ips.push(item.parse::<Ipv4Addr>().map_err(|_| {
+            SpecError::new(ANN_PRIVATE_IPV4, format!("{item:?} is not an IPv4 address"))
+        })?);
+    }
+    if !internal {
+        return Err(SpecError::new(
+            ANN_PRIVATE_IPV4,
+            format!(
+                "private IPv4 addresses can only be used with internal load balancers ({ANN_INTERNAL}: \"true\")"
+            ),
+        ));
+    }
+    Ok(Some(ips))
+}
+
+/// Parses and validates the Service. `lb_kind` must have returned [`LbKind::Nlb`]. `probe` is the
+/// cluster's `ClusterServiceLoadBalancerHealthProbeMode`: in `Shared` mode the target groups of
+/// `externalTrafficPolicy: Cluster` Services check the shared HTTP endpoint instead of the annotated or
+/// default check (its interval and thresholds still apply), as upstream does.
+///
+/// Errors come in a fixed order: the spec fields, the ports, placement, listeners, health check, tags,
+/// attributes, source ranges.
+pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, SpecError> {
+    let spec = service.spec.clone().unwrap_or_default();
+    check_spec_fields(&spec)?;
+    let service_ports = spec.ports.clone().unwrap_or_default();
+    let protocols = port_protocols(&service_ports)?;
+    let placement = placement(service)?;
     let ports = port_mappings(service, &service_ports, &protocols)?;
-
-    let local_traffic = spec.external_traffic_policy.as_deref() == Some("Local");
-    let hc = health_check(service, &spec, probe)?;
-
-    // Tags, attributes, node selection.
+    let health_check = health_check(service, &spec, probe)?;
     let additional_tags = additional_tags(service)?;
     let cross_zone = annotated_bool(service, ANN_CROSS_ZONE)?;
     let access_log = access_log(service)?;
     let target_group_attributes = target_group_attributes(service, &protocols)?;
-    let target_node_labels = annotation(service, ANN_TARGET_NODE_LABELS)
-        .map(parse_pairs)
-        .unwrap_or_default();
-
-    let source_ranges = source_ranges(service)?.unwrap_or_default();
-
     Ok(LbSpec {
-        namespace,
-        name,
-        internal,
-        subnets,
+        namespace: service
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        name: service.metadata.name.clone().unwrap_or_default(),
+        internal: placement.internal,
+        subnets: placement.subnets,
         ports,
-        health_check: hc,
+        health_check,
         additional_tags,
         cross_zone,
         access_log,
         target_group_attributes,
-        eip_allocations,
-        private_ipv4_addresses,
-        target_node_labels,
-        source_ranges,
-        local_traffic,
+        eip_allocations: placement.eip_allocations,
+        private_ipv4_addresses: placement.private_ipv4_addresses,
+        target_node_labels: annotation(service, ANN_TARGET_NODE_LABELS)
+            .map(key_value_pairs_trimmed)
+            .unwrap_or_default(),
+        source_ranges: source_ranges(service)?.unwrap_or_default(),
+        local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
     })
 }
 

@@ -109,39 +109,7 @@ pub(crate) async fn handle(
             "Unable to authenticate you",
         )
     } else if let Some(kind) = take_fault(&mut st, &method, &path) {
-        match kind {
-            FaultKind::TooManyRequests {
-                reset_in,
-                retry_after,
-            } => {
-                let mut a = Answer::error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too_many_requests",
-                    "API Rate limit exceeded.",
-                );
-                a.extra.push(("ratelimit-remaining", "0".into()));
-                a.extra
-                    .push(("ratelimit-reset", unix_ceil(now + reset_in).to_string()));
-                if let Some(secs) = retry_after {
-                    a.extra.push(("retry-after", secs.to_string()));
-                }
-                a
-            }
-            FaultKind::Status(code) => {
-                let status =
-                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                let (id, message) = match code {
-                    503 => ("service_unavailable", "Service is temporarily unavailable."),
-                    500..=599 => ("server_error", "Unexpected server-side error"),
-                    404 => (
-                        "not_found",
-                        "The resource you were accessing could not be found.",
-                    ),
-                    _ => ("error", "Injected error"),
-                };
-                Answer::error(status, id, message)
-            }
-        }
+        fault_answer(kind, now)
     } else if st.rate.remaining == 0 {
         let mut a = Answer::error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -169,6 +137,47 @@ pub(crate) async fn handle(
         body: (mutating && !body.is_empty()).then(|| String::from_utf8_lossy(&body).into_owned()),
     });
 
+    respond(&st, answer, request_id)
+}
+
+/// The answer of an injected fault.
+fn fault_answer(kind: FaultKind, now: SystemTime) -> Answer {
+    match kind {
+        FaultKind::TooManyRequests {
+            reset_in,
+            retry_after,
+        } => {
+            let mut a = Answer::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "API Rate limit exceeded.",
+            );
+            a.extra.push(("ratelimit-remaining", "0".into()));
+            a.extra
+                .push(("ratelimit-reset", unix_ceil(now + reset_in).to_string()));
+            if let Some(secs) = retry_after {
+                a.extra.push(("retry-after", secs.to_string()));
+            }
+            a
+        }
+        FaultKind::Status(code) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let (id, message) = match code {
+                503 => ("service_unavailable", "Service is temporarily unavailable."),
+                500..=599 => ("server_error", "Unexpected server-side error"),
+                404 => (
+                    "not_found",
+                    "The resource you were accessing could not be found.",
+                ),
+                _ => ("error", "Injected error"),
+            };
+            Answer::error(status, id, message)
+        }
+    }
+}
+
+/// The HTTP response of an answer, with the rate-limit and request-ID headers the API sends.
+fn respond(st: &State, answer: Answer, request_id: String) -> Response {
     let mut builder = Response::builder()
         .status(answer.status)
         .header("ratelimit-limit", st.rate.limit.to_string())
@@ -217,6 +226,32 @@ fn take_fault(st: &mut State, method: &Method, path: &str) -> Option<FaultKind> 
     Some(kind)
 }
 
+/// The account `GET /v2/account` describes.
+fn account_json() -> Value {
+    json!({"account": {
+        "droplet_limit": 25, "floating_ip_limit": 3, "volume_limit": 100,
+        "email": "ops@example.com", "uuid": "b6fr89dbf6d9156cace5f3c78dc9851d957381ef",
+        "email_verified": true, "status": "active", "status_message": "",
+        "team": {"uuid": "5df3e3004a17e242b7c20ca6c9fc25b701a47ece", "name": "Kubernetes"}
+    }})
+}
+
+/// The droplets the `name` and `tag_name` query parameters select.
+fn matching_droplets(st: &State, query: &BTreeMap<String, String>) -> Vec<Value> {
+    st.droplets
+        .values()
+        .filter(|d| query.get("name").is_none_or(|n| d["name"] == json!(n)))
+        .filter(|d| {
+            query.get("tag_name").is_none_or(|t| {
+                d["tags"]
+                    .as_array()
+                    .is_some_and(|tags| tags.contains(&json!(t)))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
 fn route(
     st: &mut State,
     method: &Method,
@@ -226,33 +261,13 @@ fn route(
 ) -> Answer {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), segments.as_slice()) {
-        ("GET", ["v2", "account"]) => Answer::json(
-            StatusCode::OK,
-            json!({"account": {
-                "droplet_limit": 25, "floating_ip_limit": 3, "volume_limit": 100,
-                "email": "ops@example.com", "uuid": "b6fr89dbf6d9156cace5f3c78dc9851d957381ef",
-                "email_verified": true, "status": "active", "status_message": "",
-                "team": {"uuid": "5df3e3004a17e242b7c20ca6c9fc25b701a47ece", "name": "Kubernetes"}
-            }}),
-        ),
+        ("GET", ["v2", "account"]) => Answer::json(StatusCode::OK, account_json()),
         ("GET", ["v2", "regions"]) => {
             let items = st.regions.iter().map(|r| region_json(r)).collect();
             paginate(st, path, query, "regions", items)
         }
         ("GET", ["v2", "droplets"]) => {
-            let items: Vec<Value> = st
-                .droplets
-                .values()
-                .filter(|d| query.get("name").is_none_or(|n| d["name"] == json!(n)))
-                .filter(|d| {
-                    query.get("tag_name").is_none_or(|t| {
-                        d["tags"]
-                            .as_array()
-                            .is_some_and(|tags| tags.contains(&json!(t)))
-                    })
-                })
-                .cloned()
-                .collect();
+            let items = matching_droplets(st, query);
             paginate(st, path, query, "droplets", items)
         }
         ("GET", ["v2", "droplets", id]) => {

@@ -10,6 +10,9 @@
 //! request built from it carries the spec's name; a value the Go-style parsers accept prints back to itself
 //! (after Go's normalisation).
 
+use std::sync::LazyLock;
+
+use cloud_provider::annotations::{names, parse_go_bool, parse_go_int, parse_go_uint};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use provider_digitalocean::LbType;
@@ -19,49 +22,13 @@ use provider_digitalocean::lb_spec::{Placement, build_spec};
 
 use crate::input;
 
-/// Every Service annotation the DigitalOcean provider reads.
-pub const KEYS: &[&str] = &[
-    "kubernetes.digitalocean.com/firewall-managed",
-    "kubernetes.digitalocean.com/load-balancer-id",
-    "service.beta.kubernetes.io/do-loadbalancer-algorithm",
-    "service.beta.kubernetes.io/do-loadbalancer-allow-rules",
-    "service.beta.kubernetes.io/do-loadbalancer-certificate-id",
-    "service.beta.kubernetes.io/do-loadbalancer-certificate-name",
-    "service.beta.kubernetes.io/do-loadbalancer-deny-rules",
-    "service.beta.kubernetes.io/do-loadbalancer-disable-lets-encrypt-dns-records",
-    "service.beta.kubernetes.io/do-loadbalancer-enable-backend-keepalive",
-    "service.beta.kubernetes.io/do-loadbalancer-enable-proxy-protocol",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-check-interval-seconds",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-healthy-threshold",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-path",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-port",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-protocol",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-response-timeout-seconds",
-    "service.beta.kubernetes.io/do-loadbalancer-healthcheck-unhealthy-threshold",
-    "service.beta.kubernetes.io/do-loadbalancer-hostname",
-    "service.beta.kubernetes.io/do-loadbalancer-http-idle-timeout-seconds",
-    "service.beta.kubernetes.io/do-loadbalancer-http-ports",
-    "service.beta.kubernetes.io/do-loadbalancer-http2-ports",
-    "service.beta.kubernetes.io/do-loadbalancer-http3-port",
-    "service.beta.kubernetes.io/do-loadbalancer-ip",
-    "service.beta.kubernetes.io/do-loadbalancer-name",
-    "service.beta.kubernetes.io/do-loadbalancer-network",
-    "service.beta.kubernetes.io/do-loadbalancer-network-stack",
-    "service.beta.kubernetes.io/do-loadbalancer-override-health-check",
-    "service.beta.kubernetes.io/do-loadbalancer-protocol",
-    "service.beta.kubernetes.io/do-loadbalancer-redirect-http-to-https",
-    "service.beta.kubernetes.io/do-loadbalancer-size-slug",
-    "service.beta.kubernetes.io/do-loadbalancer-size-unit",
-    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-cookie-name",
-    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-cookie-ttl",
-    "service.beta.kubernetes.io/do-loadbalancer-sticky-sessions-type",
-    "service.beta.kubernetes.io/do-loadbalancer-subnet-uuid",
-    "service.beta.kubernetes.io/do-loadbalancer-tls-passthrough",
-    "service.beta.kubernetes.io/do-loadbalancer-tls-ports",
-    "service.beta.kubernetes.io/do-loadbalancer-type",
-    "service.kubernetes.io/do-loadbalancer-disown",
-    input::SOURCE_RANGES_ANNOTATION,
-];
+/// Every Service annotation the DigitalOcean provider reads (its annotation table, in table order: the
+/// corpus selects keys by index), then the source-ranges annotation, which it must ignore.
+pub static KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys = names(provider_digitalocean::annotation_table::ANNOTATIONS);
+    keys.push(input::SOURCE_RANGES_ANNOTATION);
+    keys
+});
 
 /// Runs the DigitalOcean Service parsers over one input.
 pub fn check(data: &[u8]) {
@@ -80,7 +47,7 @@ fn check_service(data: &[u8]) {
         LbType::Regional
     };
     let nodes = backend_nodes(*shape);
-    let service = input::service(rest, KEYS);
+    let service = input::service(rest, &KEYS);
 
     let _ = ann::load_balancer_name(&service);
     let _ = ann::load_balancer_name_candidates(&service);
@@ -148,11 +115,11 @@ fn backend_nodes(shape: u8) -> Vec<Node> {
 
 /// Go's `strconv` parsers as the provider reads annotation values: accepted values print back the same.
 fn check_go_values(value: &str) {
-    if let Some(b) = ann::parse_go_bool(value) {
-        assert_eq!(ann::parse_go_bool(&b.to_string()), Some(b));
+    if let Some(b) = parse_go_bool(value) {
+        assert_eq!(parse_go_bool(&b.to_string()), Some(b));
     }
-    if let Some(i) = ann::parse_go_int(value) {
-        assert_eq!(ann::parse_go_int(&i.to_string()), Some(i));
+    if let Some(i) = parse_go_int(value) {
+        assert_eq!(parse_go_int(&i.to_string()), Some(i));
         assert!(
             value
                 .trim_start_matches(['+', '-'])
@@ -160,8 +127,8 @@ fn check_go_values(value: &str) {
                 .all(|c| c.is_ascii_digit())
         );
     }
-    if let Some(u) = ann::parse_go_uint(value) {
-        assert_eq!(ann::parse_go_uint(&u.to_string()), Some(u));
+    if let Some(u) = parse_go_uint(value) {
+        assert_eq!(parse_go_uint(&u.to_string()), Some(u));
         assert!(
             value.bytes().all(|c| c.is_ascii_digit()),
             "uint {value:?} accepted"

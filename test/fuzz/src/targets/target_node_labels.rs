@@ -6,7 +6,7 @@
 //! as `k=v` items joined by `,` read back to the same map (a value ending in blanks written `k=v=`, so the
 //! trim of the item keeps them, as it kept them in the input).
 
-use provider_aws::load_balancer::classic::spec::key_value_pairs;
+use cloud_provider::annotations::key_value_pairs;
 
 use crate::input;
 

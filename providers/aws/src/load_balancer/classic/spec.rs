@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use cloud_provider::annotations::{comma_list_skipping_empty, key_value_pairs};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
@@ -16,7 +17,7 @@ use crate::load_balancer::spec::{
     ANN_HC_PORT, ANN_HC_PROTOCOL, ANN_HC_TIMEOUT, ANN_HC_UNHEALTHY, ANN_INTERNAL,
     ANN_SECURITY_GROUPS, ANN_SSL_CERT, ANN_SSL_NEGOTIATION_POLICY, ANN_SSL_PORTS, ANN_SUBNETS,
     ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, parse_bool,
-    source_ranges,
+    parse_int, source_ranges,
 };
 
 /// `*`: the proxy protocol towards the instances on every listener.
@@ -158,45 +159,6 @@ impl ClassicSpec {
     }
 }
 
-/// `k=v,k2=` pairs read as upstream reads them: items trimmed, split at the first `=` (text after a second
-/// `=` dropped), items with an empty key skipped, later items winning.
-pub fn key_value_pairs(value: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for item in value.trim().split(',').map(str::trim) {
-        let mut parts = item.split('=');
-        let key = parts.next().unwrap_or_default();
-        if key.is_empty() {
-            continue;
-        }
-        out.insert(
-            key.to_string(),
-            parts.next().unwrap_or_default().to_string(),
-        );
-    }
-    out
-}
-
-/// A comma-separated list, items trimmed, empty items dropped.
-fn id_list(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-/// A whole number within the range AWS accepts.
-fn number(key: &str, value: &str, min: i32, max: i32) -> Result<i32, SpecError> {
-    match value.parse::<i32>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(SpecError::new(
-            key,
-            format!("must be a whole number from {min} to {max}, got {value:?}"),
-        )),
-    }
-}
-
 /// A non-empty annotation value (upstream treats empty values of attribute annotations as absent).
 fn non_empty<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
     annotation(service, key).filter(|v| !v.is_empty())
@@ -276,42 +238,13 @@ fn health_check(
     listeners: &[ClassicListener],
     cluster_probe: &ClusterHealthProbe,
 ) -> Result<ClassicHealthCheck, SpecError> {
-    let spec = service.spec.as_ref();
-    let first_node_port = listeners.first().map_or(0, |l| l.instance_port);
-    let local_port = spec
-        .filter(|s| s.external_traffic_policy.as_deref() == Some("Local"))
-        .and_then(|s| s.health_check_node_port)
-        .filter(|p| *p != 0);
-    let port_annotation = annotation(service, ANN_HC_PORT);
-    let (mut protocol, mut port, mut path) = match (local_port, cluster_probe) {
-        (Some(hc_port), _) => {
-            let port = if port_annotation == Some("traffic-port") {
-                first_node_port
-            } else {
-                hc_port
-            };
-            ("HTTP".to_string(), port, "/healthz".to_string())
-        }
-        (None, ClusterHealthProbe::Shared { port, path }) => {
-            ("HTTP".to_string(), *port, path.clone())
-        }
-        (None, ClusterHealthProbe::ServiceNodePort) => {
-            let backend = annotation(service, ANN_BACKEND_PROTOCOL)
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            let protocol = if backend == "https" || backend == "ssl" {
-                "SSL"
-            } else {
-                "TCP"
-            };
-            (protocol.to_string(), first_node_port, String::new())
-        }
-    };
+    let (mut protocol, mut port, mut path) =
+        default_health_check(service, listeners, cluster_probe);
     if let Some(p) = annotation(service, ANN_HC_PROTOCOL) {
         protocol = p.to_string();
     }
-    if let Some(p) = port_annotation.filter(|p| *p != "traffic-port") {
-        port = number(ANN_HC_PORT, p, 1, 65535).map_err(|_| {
+    if let Some(p) = annotation(service, ANN_HC_PORT).filter(|p| *p != "traffic-port") {
+        port = parse_int(ANN_HC_PORT, p, 1, 65535).map_err(|_| {
             SpecError::new(
                 ANN_HC_PORT,
                 format!("must be \"traffic-port\" or a port number from 1 to 65535, got {p:?}"),
@@ -335,11 +268,58 @@ fn health_check(
     } else {
         path.clear();
     }
+    health_check_timing(service, format!("{protocol}:{port}{path}"))
+}
+
+/// Upstream's default protocol, port and path: HTTP `/healthz` on the health-check node port for
+/// `externalTrafficPolicy: Local` (the first node port with the port annotation `traffic-port`), the shared
+/// probe in `Shared` mode, else TCP (SSL for `https` and `ssl` backends) on the first node port.
+fn default_health_check(
+    service: &Service,
+    listeners: &[ClassicListener],
+    cluster_probe: &ClusterHealthProbe,
+) -> (String, i32, String) {
+    let first_node_port = listeners.first().map_or(0, |l| l.instance_port);
+    let local_port = service
+        .spec
+        .as_ref()
+        .filter(|s| s.external_traffic_policy.as_deref() == Some("Local"))
+        .and_then(|s| s.health_check_node_port)
+        .filter(|p| *p != 0);
+    match (local_port, cluster_probe) {
+        (Some(hc_port), _) => {
+            let port = if annotation(service, ANN_HC_PORT) == Some("traffic-port") {
+                first_node_port
+            } else {
+                hc_port
+            };
+            ("HTTP".to_string(), port, "/healthz".to_string())
+        }
+        (None, ClusterHealthProbe::Shared { port, path }) => {
+            ("HTTP".to_string(), *port, path.clone())
+        }
+        (None, ClusterHealthProbe::ServiceNodePort) => {
+            let backend = annotation(service, ANN_BACKEND_PROTOCOL)
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            let protocol = if backend == "https" || backend == "ssl" {
+                "SSL"
+            } else {
+                "TCP"
+            };
+            (protocol.to_string(), first_node_port, String::new())
+        }
+    }
+}
+
+/// The check on `target` with the threshold, interval and timeout annotations (AWS's ranges, and a timeout
+/// below the interval).
+fn health_check_timing(service: &Service, target: String) -> Result<ClassicHealthCheck, SpecError> {
     let threshold = |key: &str, default: i32, min: i32, max: i32| {
-        annotation(service, key).map_or(Ok(default), |v| number(key, v, min, max))
+        annotation(service, key).map_or(Ok(default), |v| parse_int(key, v, min, max))
     };
     let check = ClassicHealthCheck {
-        target: format!("{protocol}:{port}{path}"),
+        target,
         healthy_threshold: threshold(ANN_HC_HEALTHY, 2, 2, 10)?,
         unhealthy_threshold: threshold(ANN_HC_UNHEALTHY, 6, 2, 10)?,
         interval: threshold(ANN_HC_INTERVAL, 10, 5, 300)?,
@@ -362,7 +342,7 @@ fn attributes(service: &Service) -> Result<ClassicAttributes, SpecError> {
     let flag = |key: &str| non_empty(service, key).map_or(Ok(false), |v| parse_bool(key, v));
     let seconds = |key: &str, min: i32, max: i32| {
         non_empty(service, key)
-            .map(|v| number(key, v, min, max))
+            .map(|v| parse_int(key, v, min, max))
             .transpose()
     };
     let access_log_emit_interval = seconds(ANN_ACCESS_LOG_EMIT_INTERVAL, 5, 60)?;
@@ -453,16 +433,16 @@ fn check_ports(service: &Service) -> Result<(), SpecError> {
 /// The groups of the security-groups and extra-security-groups annotations (read on their own, so a
 /// deletion knows them even when another annotation is malformed).
 pub fn annotated_security_groups(service: &Service) -> (Vec<String>, Vec<String>) {
-    let list = |key| annotation(service, key).map(id_list).unwrap_or_default();
+    let list = |key| {
+        annotation(service, key)
+            .map(comma_list_skipping_empty)
+            .unwrap_or_default()
+    };
     (list(ANN_SECURITY_GROUPS), list(ANN_EXTRA_SECURITY_GROUPS))
 }
 
-/// Parses and validates a Service whose load balancer is a classic ELB.
-pub fn parse(
-    service: &Service,
-    cluster_probe: &ClusterHealthProbe,
-) -> Result<ClassicSpec, SpecError> {
-    check_ports(service)?;
+/// The listeners (ports with a node port) and every Service port.
+fn listeners_and_ports(service: &Service) -> Result<(Vec<ClassicListener>, Vec<i32>), SpecError> {
     let ssl = ssl_ports(service);
     let mut listeners = Vec::new();
     let mut ports = Vec::new();
@@ -485,27 +465,48 @@ pub fn parse(
             )?);
         }
     }
-    let proxy_protocol = match non_empty(service, ANN_PROXY_PROTOCOL) {
-        None => false,
-        Some("*") => true,
-        Some(other) => {
-            return Err(SpecError::new(
-                ANN_PROXY_PROTOCOL,
-                format!("{other:?} detected, but the only value supported currently is '*'"),
-            ));
-        }
+    Ok((listeners, ports))
+}
+
+/// The proxy-protocol annotation: `*` or nothing.
+fn proxy_protocol(service: &Service) -> Result<bool, SpecError> {
+    match non_empty(service, ANN_PROXY_PROTOCOL) {
+        None => Ok(false),
+        Some("*") => Ok(true),
+        Some(other) => Err(SpecError::new(
+            ANN_PROXY_PROTOCOL,
+            format!("{other:?} detected, but the only value supported currently is '*'"),
+        )),
+    }
+}
+
+/// The subnets annotation: IDs or Name tags, at least one when present.
+fn subnets(service: &Service) -> Result<Option<Vec<String>>, SpecError> {
+    let Some(v) = annotation(service, ANN_SUBNETS) else {
+        return Ok(None);
     };
-    let subnets = match annotation(service, ANN_SUBNETS) {
-        None => None,
-        Some(v) => {
-            let list = id_list(v);
-            if list.is_empty() {
-                return Err(SpecError::new(ANN_SUBNETS, "lists no subnet"));
-            }
-            Some(list)
-        }
-    };
+    let list = comma_list_skipping_empty(v);
+    if list.is_empty() {
+        return Err(SpecError::new(ANN_SUBNETS, "lists no subnet"));
+    }
+    Ok(Some(list))
+}
+
+/// Parses and validates a Service whose load balancer is a classic ELB.
+pub fn parse(
+    service: &Service,
+    cluster_probe: &ClusterHealthProbe,
+) -> Result<ClassicSpec, SpecError> {
+    check_ports(service)?;
+    let (listeners, ports) = listeners_and_ports(service)?;
+    let proxy_protocol = proxy_protocol(service)?;
+    let subnets = subnets(service)?;
     let (security_groups, extra_security_groups) = annotated_security_groups(service);
+    let pairs = |key| {
+        annotation(service, key)
+            .map(key_value_pairs)
+            .unwrap_or_default()
+    };
     Ok(ClassicSpec {
         namespace: service
             .metadata
@@ -523,12 +524,8 @@ pub fn parse(
         ssl_negotiation_policy: annotation(service, ANN_SSL_NEGOTIATION_POLICY).map(str::to_string),
         security_groups,
         extra_security_groups,
-        additional_tags: annotation(service, ANN_ADDITIONAL_TAGS)
-            .map(key_value_pairs)
-            .unwrap_or_default(),
-        target_node_labels: annotation(service, ANN_TARGET_NODE_LABELS)
-            .map(key_value_pairs)
-            .unwrap_or_default(),
+        additional_tags: pairs(ANN_ADDITIONAL_TAGS),
+        target_node_labels: pairs(ANN_TARGET_NODE_LABELS),
         source_ranges: source_ranges(service)?
             .unwrap_or_else(|| vec![IpNet::V4(ipnet::Ipv4Net::default())]),
     })
