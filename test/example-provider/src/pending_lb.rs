@@ -98,6 +98,6 @@ mod tests {
             load_balancer_services(&services),
             BTreeSet::from(["default/web".to_string()])
         );
-        assert!(!PENDING_LB_CONTROLLER.enabled_by_default);
+        const { assert!(!PENDING_LB_CONTROLLER.enabled_by_default) };
     }
 }
