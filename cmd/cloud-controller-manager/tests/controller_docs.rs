@@ -1,5 +1,6 @@
-//! The controllers of the table and of every compiled-in provider are documented, and `--controllers`
-//! accepts each one's name and alias.
+//! The controllers of the table and of every compiled-in provider are documented (README.md's list and
+//! `--controllers` row, docs/operator-guide.md's table, pkg/controllers/README.md's table for the
+//! table's own), and `--controllers` accepts each one's name and alias.
 
 use ccm_app::controllers_flag::{ControllerSelection, known_controllers};
 use cloud_provider::{ControllerInfo, Registry};
@@ -39,6 +40,7 @@ fn every_controller_is_in_the_readmes() {
         .find(|line| line.starts_with("| `--controllers` |"))
         .expect("README.md has a `--controllers` row in its flag table");
     let controllers_readme = read("pkg/controllers/README.md");
+    let operator_guide = read("docs/operator-guide.md");
     let standard = known_controllers(&[]);
     for controller in every_controller(&registry()) {
         let ControllerInfo { name, alias, .. } = controller;
@@ -49,6 +51,13 @@ fn every_controller_is_in_the_readmes() {
         assert!(
             flag_row.contains(&format!("`{name}` (`{alias}`)")),
             "README.md's --controllers row lacks {name} ({alias})"
+        );
+        assert!(
+            operator_guide
+                .lines()
+                .any(|line| line.starts_with(&format!("| `{name}`"))
+                    && line.contains(&format!("| `{alias}`"))),
+            "docs/operator-guide.md's controller table lacks {name} ({alias})"
         );
         if standard.contains(&controller) {
             assert!(
