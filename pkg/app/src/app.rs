@@ -150,9 +150,10 @@ pub fn identity() -> String {
 }
 
 /// The controllers to start: those enabled by `--controllers` among the standard ones and `provider`'s
-/// own, minus node-route-controller when `--configure-cloud-routes` is false. Like upstream (since
-/// Kubernetes 1.21), `--allocate-node-cidrs` plays no part: pod CIDRs may come from another allocator. A
-/// provider without routes skips it when it starts.
+/// own, minus those a flag turns off ([`cloud_controllers::ControllerDescriptor::flag_gate`]:
+/// node-route-controller when `--configure-cloud-routes` is false; like upstream since Kubernetes 1.21,
+/// `--allocate-node-cidrs` plays no part). A controller whose provider capability is missing is skipped
+/// when the controllers start.
 pub fn controllers_to_start(
     config: &AppConfig,
     provider: &[ControllerInfo],
@@ -161,18 +162,16 @@ pub fn controllers_to_start(
         .controllers
         .resolve(provider)
         .map_err(AppError::UnknownController)?;
-    if !config.controller_config.configure_cloud_routes {
-        let before = selected.standard.len();
-        selected
-            .standard
-            .retain(|c| *c != ControllerName::NodeRoute);
-        if selected.standard.len() < before {
-            tracing::info!(
-                "will not configure cloud provider routes, --configure-cloud-routes is false; \
-                 node-route-controller is not started"
-            );
+    selected.standard.retain(|c| {
+        let turned_off = c
+            .descriptor()
+            .flag_gate
+            .filter(|gate| (gate.turns_off)(&config.controller_config));
+        if let Some(gate) = turned_off {
+            tracing::info!("{}", gate.notice);
         }
-    }
+        turned_off.is_none()
+    });
     Ok(selected)
 }
 
@@ -483,7 +482,7 @@ fn controller_clients(
     let shared = connections.client(&controllers, identity::SHARED_INFORMERS_CLIENT);
     let event_client = connections.client(&events, identity::DAEMON_CLIENT);
     let mut config = base.clone();
-    for controller in ControllerName::ALL {
+    for controller in ControllerName::all() {
         let name = controller.client_name();
         config
             .controller_clients

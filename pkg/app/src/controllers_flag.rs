@@ -3,13 +3,13 @@
 //! Semantics as upstream: each entry is a controller name (canonical or alias), `-name` to disable it, or
 //! `*` for "every controller enabled by default and not otherwise named". For each controller the first entry
 //! naming it wins; if no entry names it, it runs only when `*` is present and it is enabled by default
-//! ([`ControllerName::enabled_by_default`]: all but `pv-label-controller`, which upstream does not have; a
-//! provider's own controllers are). The entries' syntax is checked with the other flags
-//! ([`ControllerSelection::parse`]), the names against the standard controllers and those the provider
-//! declared in the registry ([`ControllerSelection::resolve`]) before anything starts: an unknown name is a
-//! usage error that lists the valid ones.
+//! ([`ControllerInfo::enabled_by_default`]: all but `pv-label-controller`, which upstream does not have).
+//! The entries' syntax is checked with the other flags ([`ControllerSelection::parse`]), the names against
+//! the controller table ([`cloud_controllers::CONTROLLERS`]) and the controllers the provider declared in the
+//! registry, which have the same [`ControllerInfo`] ([`ControllerSelection::resolve`]), before anything
+//! starts: an unknown name is a usage error that lists the valid ones.
 
-use cloud_controllers::ControllerName;
+use cloud_controllers::{CONTROLLERS, ControllerName};
 use cloud_provider::ControllerInfo;
 
 /// The `--controllers` entries, syntactically valid.
@@ -21,7 +21,7 @@ pub struct ControllerSelection {
 /// The controllers a [`ControllerSelection`] enables.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SelectedControllers {
-    /// The standard controllers, in the start order of [`ControllerName::ALL`].
+    /// The standard controllers, in the start order of [`CONTROLLERS`].
     pub standard: Vec<ControllerName>,
     /// The provider's own controllers (canonical names), in the provider's order.
     pub provider: Vec<&'static str>,
@@ -56,9 +56,10 @@ impl ControllerSelection {
 
     /// The controllers enabled, given the provider's own controllers; an unknown name is an error.
     pub fn resolve(&self, provider: &[ControllerInfo]) -> Result<SelectedControllers, String> {
+        let known = known_controllers(provider);
         for entry in &self.entries {
             let name = entry.strip_prefix('-').unwrap_or(entry);
-            if entry != "*" && !is_known(name, provider) {
+            if entry != "*" && !known.iter().any(|c| c.is_named(name)) {
                 return Err(format!(
                     "--controllers: unknown controller {entry:?}; valid values are \"*\", a name or \"-name\" \
                      with name one of: {}",
@@ -67,20 +68,21 @@ impl ControllerSelection {
             }
         }
         Ok(SelectedControllers {
-            standard: ControllerName::ALL
-                .into_iter()
-                .filter(|c| self.is_enabled(c.canonical(), c.alias(), c.enabled_by_default()))
+            standard: CONTROLLERS
+                .iter()
+                .filter(|c| self.is_enabled(&c.info))
+                .map(|c| c.name)
                 .collect(),
             provider: provider
                 .iter()
-                .filter(|c| self.is_enabled(c.name, c.alias, true))
+                .filter(|c| self.is_enabled(c))
                 .map(|c| c.name)
                 .collect(),
         })
     }
 
-    /// Whether the controller named `name` (alias `alias`) is enabled by the entries.
-    fn is_enabled(&self, name: &str, alias: &str, enabled_by_default: bool) -> bool {
+    /// Whether the entries enable `controller`.
+    fn is_enabled(&self, controller: &ControllerInfo) -> bool {
         let mut star = false;
         for entry in &self.entries {
             if entry == "*" {
@@ -91,26 +93,26 @@ impl ControllerSelection {
                 Some(named) => (false, named),
                 None => (true, entry.as_str()),
             };
-            if named == name || named == alias {
+            if controller.is_named(named) {
                 return enable;
             }
         }
-        star && enabled_by_default
+        star && controller.enabled_by_default
     }
 }
 
-/// Whether `name` names a standard controller or one of `provider`'s.
-fn is_known(name: &str, provider: &[ControllerInfo]) -> bool {
-    ControllerName::from_name(name).is_some()
-        || provider.iter().any(|c| c.name == name || c.alias == name)
+/// Every controller `--controllers` knows with `provider`: the table's, then the provider's own.
+pub fn known_controllers(provider: &[ControllerInfo]) -> Vec<ControllerInfo> {
+    cloud_controllers::descriptors::infos()
+        .chain(provider.iter().copied())
+        .collect()
 }
 
 /// `canonical (alias)` for every controller, the provider's last, comma separated.
 pub fn valid_names(provider: &[ControllerInfo]) -> String {
-    ControllerName::ALL
+    known_controllers(provider)
         .iter()
-        .map(|c| format!("{} ({})", c.canonical(), c.alias()))
-        .chain(provider.iter().map(|c| format!("{} ({})", c.name, c.alias)))
+        .map(|c| format!("{} ({})", c.name, c.alias))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -129,10 +131,7 @@ mod tests {
         ControllerSelection::parse(&entries).unwrap()
     }
 
-    const FIREWALL: ControllerInfo = ControllerInfo {
-        name: "firewall-controller",
-        alias: "firewall",
-    };
+    const FIREWALL: ControllerInfo = ControllerInfo::new("firewall-controller", "firewall");
 
     #[test]
     fn provider_controllers_run_with_star_and_by_name() {
@@ -152,13 +151,45 @@ mod tests {
     }
 
     #[test]
+    fn every_name_and_alias_is_accepted() {
+        let audit = ControllerInfo::new("audit-controller", "audit").disabled_by_default();
+        let provider = [FIREWALL, audit];
+        for (index, controller) in known_controllers(&provider).iter().enumerate() {
+            for name in [controller.name, controller.alias] {
+                let selected = selection(&[name]).resolve(&provider).unwrap();
+                let mut names: Vec<&str> =
+                    selected.standard.iter().map(|c| c.canonical()).collect();
+                names.extend(selected.provider);
+                assert_eq!(names, [controller.name], "--controllers={name}");
+                let off = selection(&["*", &format!("-{name}")])
+                    .resolve(&provider)
+                    .unwrap();
+                assert!(
+                    !off.standard
+                        .iter()
+                        .any(|c| c.canonical() == controller.name)
+                );
+                assert!(!off.provider.contains(&controller.name));
+            }
+            assert_eq!(
+                index < CONTROLLERS.len(),
+                ControllerName::from_name(controller.name).is_some()
+            );
+        }
+        // A provider controller off by default runs only when named.
+        let star = selection(&["*"]).resolve(&provider).unwrap();
+        assert_eq!(star.provider, ["firewall-controller"]);
+    }
+
+    #[test]
     fn star_enables_upstreams_controllers_in_order() {
         assert_eq!(
             on(&["*"]),
             vec![CloudNode, CloudNodeLifecycle, ServiceLb, NodeRoute]
         );
-        assert_eq!(on(&["*", "pv-label"]), ControllerName::ALL.to_vec());
-        assert_eq!(on(&["pv-label", "*"]), ControllerName::ALL.to_vec());
+        let all: Vec<_> = ControllerName::all().collect();
+        assert_eq!(on(&["*", "pv-label"]), all);
+        assert_eq!(on(&["pv-label", "*"]), all);
         assert_eq!(on(&["*", "-pv-label"]), on(&["*"]));
     }
 

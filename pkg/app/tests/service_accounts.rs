@@ -218,10 +218,7 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
             .filter(|d| d["kind"].as_str() == Some(kind))
             .collect()
     };
-    let mut names: Vec<&str> = ControllerName::ALL
-        .iter()
-        .map(|c| c.client_name())
-        .collect();
+    let mut names: Vec<&str> = ControllerName::all().map(|c| c.client_name()).collect();
     names.dedup();
     assert_eq!(
         names,

@@ -274,10 +274,7 @@ mod tests {
     #[test]
     fn declared_controllers_are_kept_per_provider() {
         let mut r = Registry::new();
-        const FIREWALL: ControllerInfo = ControllerInfo {
-            name: "firewall-controller",
-            alias: "firewall",
-        };
+        const FIREWALL: ControllerInfo = ControllerInfo::new("firewall-controller", "firewall");
         r.declare_controllers("alpha", &[FIREWALL]);
         assert_eq!(r.controllers_of("alpha"), [FIREWALL]);
         assert!(r.controllers_of("zeta").is_empty());

@@ -94,7 +94,7 @@ impl ControllerClients {
         self.clients.get(&controller)
     }
 
-    /// The controllers with a client of their own, in [`ControllerName::ALL`] order.
+    /// The controllers with a client of their own, in start order.
     pub fn controllers(&self) -> Vec<ControllerName> {
         self.clients.keys().copied().collect()
     }

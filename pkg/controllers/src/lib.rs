@@ -9,7 +9,9 @@
 //! - [`route`]: `node-route-controller` creates cloud routes for the pod CIDRs of the nodes.
 //! - [`pv_label`]: `pv-label-controller` labels PersistentVolumes backed by cloud volumes with zone and region.
 //!
-//! [`run_controllers`] starts the enabled ones over shared informers (one watch per resource type for the
+//! Each controller is one row of the controller table, [`descriptors::CONTROLLERS`]: names, whether `*`
+//! includes it, the flag and provider capability it needs, how it starts, its health check and metrics
+//! names. [`run_controllers`] starts the enabled ones over shared informers (one watch per resource type for the
 //! whole process; nodes are kept as compact [`CachedNode`] copies), each with a health check and event
 //! recorder of its own. Every cloud call of a controller runs under `--cloud-call-timeout`
 //! ([`cloud_calls`], [`timed_cloud`]), and a hung or timed-out call shows in its health check.
@@ -17,6 +19,7 @@
 pub mod cached_node;
 pub mod cloud_calls;
 pub mod context;
+pub mod descriptors;
 pub mod error;
 pub mod events;
 pub mod health;
@@ -41,6 +44,7 @@ pub use cached_node::CachedNode;
 pub use context::{
     ControllerConfig, ControllerContext, DEFAULT_CLOUD_CALL_TIMEOUT, MAX_CLOUD_CALL_TIMEOUT,
 };
+pub use descriptors::{CONTROLLERS, Capability, ControllerDescriptor};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};
 pub use health::{HealthHandle, HealthRegistry};

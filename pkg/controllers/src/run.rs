@@ -3,58 +3,15 @@
 use std::sync::Arc;
 
 use cloud_provider::{ControllerInfo, ProviderController};
-use futures::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::ControllerContext;
+use crate::descriptors::{CONTROLLERS, Runner};
 use crate::error::ControllersError;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
 use crate::provider_controllers::provider_context;
-
-/// A constructed controller, ready to run.
-type Runner =
-    Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, Result<(), ControllersError>> + Send>;
-
-/// Why a controller is not started, or `None` when it can run with this provider and configuration.
-pub(crate) fn skip_reason(ctx: &ControllerContext, name: ControllerName) -> Option<String> {
-    let cloud = &ctx.cloud;
-    match name {
-        ControllerName::CloudNode | ControllerName::CloudNodeLifecycle => {
-            (cloud.instances_v2().is_none() && cloud.instances().is_none()).then(|| {
-                format!(
-                    "cloud provider {:?} supports neither InstancesV2 nor Instances",
-                    cloud.provider_name()
-                )
-            })
-        }
-        ControllerName::ServiceLb => cloud.load_balancer().is_none().then(|| {
-            format!(
-                "cloud provider {:?} does not support load balancers",
-                cloud.provider_name()
-            )
-        }),
-        ControllerName::NodeRoute => {
-            if !ctx.config.configure_cloud_routes {
-                Some("--configure-cloud-routes is false".to_string())
-            } else if cloud.routes().is_none() {
-                Some(format!(
-                    "cloud provider {:?} does not support routes",
-                    cloud.provider_name()
-                ))
-            } else {
-                None
-            }
-        }
-        ControllerName::PvLabel => cloud.pv_labeler().is_none().then(|| {
-            format!(
-                "cloud provider {:?} does not label volumes",
-                cloud.provider_name()
-            )
-        }),
-    }
-}
 
 /// A provider controller on the process' client and Service watch.
 fn build_provider(
@@ -77,35 +34,10 @@ fn build_provider(
     })
 }
 
-fn build(ctx: &ControllerContext, informers: &SharedInformers, name: ControllerName) -> Runner {
-    match name {
-        ControllerName::CloudNode => {
-            let c = crate::node::CloudNodeController::new(ctx, informers);
-            Box::new(move |token| Box::pin(c.run(token)))
-        }
-        ControllerName::CloudNodeLifecycle => {
-            let c = crate::node_lifecycle::CloudNodeLifecycleController::new(ctx, informers);
-            Box::new(move |token| Box::pin(c.run(token)))
-        }
-        ControllerName::ServiceLb => {
-            let c = crate::service::ServiceLbController::new(ctx, informers);
-            Box::new(move |token| Box::pin(c.run(token)))
-        }
-        ControllerName::NodeRoute => {
-            let c = crate::route::NodeRouteController::new(ctx, informers);
-            Box::new(move |token| Box::pin(c.run(token)))
-        }
-        ControllerName::PvLabel => {
-            let c = crate::pv_label::PvLabelController::new(ctx, informers);
-            Box::new(move |token| Box::pin(c.run(token)))
-        }
-    }
-}
-
 /// Runs the `enabled` controllers until `shutdown` is cancelled.
 ///
-/// Builds the shared informers, constructs every enabled controller that can run (in
-/// [`ControllerName::ALL`] order; the others are skipped with an info log saying why), starts the
+/// Builds the shared informers, constructs every enabled controller that can run (in the order of
+/// [`CONTROLLERS`], each as its descriptor says; the others are skipped with an info log saying why), starts the
 /// informers (one watch per resource type the started controllers need), then starts the controllers in
 /// order, registering each one's health check as it starts. Returns once `shutdown` is cancelled and every
 /// controller has stopped; the error is the first controller failure, if any. A failed controller marks
@@ -129,31 +61,25 @@ pub async fn run_with_provider_controllers(
 ) -> Result<(), ControllersError> {
     let informers = SharedInformers::new(ctx.client.clone());
     let mut runners = Vec::new();
-    for name in ControllerName::ALL {
+    for descriptor in &CONTROLLERS {
+        let name = descriptor.name;
         if !enabled.contains(&name) {
             tracing::info!(controller = %name, "controller disabled");
             continue;
         }
-        if let Some(reason) = skip_reason(&ctx, name) {
+        if let Some(reason) = descriptor.skip_reason(&ctx) {
             tracing::info!(controller = %name, %reason, "not starting controller");
             continue;
         }
-        if name == ControllerName::NodeRoute && ctx.config.cluster_cidrs.is_empty() {
-            // Upstream refuses to start too: routes outside a known cluster CIDR cannot be told from others.
-            return Err(ControllersError::Config(format!(
-                "--configure-cloud-routes is true and cloud provider {:?} supports routes, but \
-                 --cluster-cidr is empty: set --cluster-cidr, or pass --configure-cloud-routes=false",
-                ctx.cloud.provider_name()
-            )));
-        }
+        (descriptor.precondition)(&ctx)?;
         runners.push((
-            name.canonical(),
-            name.alias(),
-            build(&ctx, &informers, name),
+            descriptor.health_check(),
+            descriptor.metrics_name,
+            (descriptor.start)(&ctx, &informers),
         ));
     }
     for controller in provider_controllers {
-        let ControllerInfo { name, alias } = controller.info();
+        let ControllerInfo { name, alias, .. } = controller.info();
         if let Some(reason) = controller.skip_reason() {
             tracing::info!(controller = name, %reason, "not starting controller");
             continue;
@@ -165,17 +91,17 @@ pub async fn run_with_provider_controllers(
 
     let mut tasks = JoinSet::new();
     let mut names = std::collections::HashMap::new();
-    for (name, alias, runner) in runners {
+    for (name, metrics_name, runner) in runners {
         let health = ctx.health.register(name);
         let health_for_panics = health.clone();
         let token = shutdown.child_token();
         let dry_run = ctx.config.dry_run.clone();
         let metrics = ctx.metrics.clone();
         tracing::info!(controller = name, "starting controller");
-        metrics.set_running(alias, true);
+        metrics.set_running(metrics_name, true);
         let handle = tasks.spawn(async move {
             let result = runner(token).await;
-            metrics.set_running(alias, false);
+            metrics.set_running(metrics_name, false);
             match &result {
                 Ok(()) => tracing::info!(controller = name, "controller stopped"),
                 Err(e) => {

@@ -26,7 +26,12 @@ async fn node_run_controllers_starts_in_order_with_one_watch_per_resource() {
         configure_cloud_routes: false,
         ..test_config()
     };
-    let (h, _cloud) = Harness::with_fake(FakeConfig::default(), config, &ControllerName::ALL).await;
+    let (h, _cloud) = Harness::with_fake(
+        FakeConfig::default(),
+        config,
+        &ControllerName::all().collect::<Vec<_>>(),
+    )
+    .await;
     wait_until(
         Duration::from_secs(10),
         "health checks registered",

@@ -15,13 +15,19 @@
 //! Only [`InstancesV2`] is implemented: nodes get their provider ID (`example://<id>`), instance type, zone,
 //! region and addresses, stopped instances get the shutdown taint and missing ones are deleted. Every other
 //! capability is absent, so the controllers that need it do not start.
+//!
+//! The provider also contributes a controller of its own, [`pending_lb`] (`pending-lb-controller`, off by
+//! default), declared in the registry next to the factory and returned by
+//! [`CloudProvider::controllers`].
+
+pub mod pending_lb;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cloud_provider::{
-    BoxError, CloudError, CloudProvider, InstanceMetadata, InstancesV2, Registry, RegistryError,
-    Result,
+    BoxError, CloudError, CloudProvider, InstanceMetadata, InstancesV2, ProviderController,
+    Registry, RegistryError, Result,
 };
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use serde::Deserialize;
@@ -137,6 +143,10 @@ impl CloudProvider for ExampleCloud {
         Some(self)
     }
 
+    fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
+        vec![Arc::new(pending_lb::PendingLbController)]
+    }
+
     fn has_cluster_id(&self) -> bool {
         true
     }
@@ -185,7 +195,9 @@ impl InstancesV2 for ExampleCloud {
 pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryError> {
     registry.register_fn(PROVIDER_NAME, |bytes| {
         Ok(Arc::new(ExampleCloud::from_config_bytes(bytes)?) as Arc<dyn CloudProvider>)
-    })
+    })?;
+    registry.declare_controllers(PROVIDER_NAME, &[pending_lb::PENDING_LB_CONTROLLER]);
+    Ok(())
 }
 
 #[cfg(test)]

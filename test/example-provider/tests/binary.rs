@@ -49,3 +49,17 @@ fn a_bad_cloud_config_is_reported() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_providers_own_controller_is_a_controllers_name() {
+    let output = Command::new(BINARY)
+        .args(["--cloud-provider=example", "--controllers=*,nonesuch"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("pv-label-controller (pv-label), pending-lb-controller (pending-lb)"),
+        "{stderr}"
+    );
+}

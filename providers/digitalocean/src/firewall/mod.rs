@@ -34,10 +34,8 @@ use crate::config::{LbType, PublicAccessFirewall};
 use rules::{Firewall, FirewallRequest, describe_difference, desired_firewall, is_up_to_date};
 
 /// The controller's names.
-pub const FIREWALL_CONTROLLER: ControllerInfo = ControllerInfo {
-    name: "firewall-controller",
-    alias: "firewall",
-};
+pub const FIREWALL_CONTROLLER: ControllerInfo =
+    ControllerInfo::new("firewall-controller", "firewall");
 
 /// How often the firewall is re-read from the API (and reconciled).
 pub const RESYNC_PERIOD: Duration = Duration::from_secs(5 * 60);
