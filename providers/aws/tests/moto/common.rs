@@ -27,8 +27,12 @@ pub const AMI: &str = "ami-12c6146b";
 /// The running emulator.
 pub struct Moto {
     pub url: String,
-    _child: Child,
+    _child: Option<Child>,
 }
+
+/// Set to a running emulator's URL, a test process uses it instead of starting its own (a test that runs
+/// part of itself in a child process hands its emulator down this way).
+pub const MOTO_URL_ENV: &str = "MOTO_URL";
 
 fn moto_server_path() -> PathBuf {
     if let Some(path) = std::env::var_os("MOTO_SERVER") {
@@ -52,6 +56,9 @@ fn free_port() -> u16 {
 pub fn moto() -> &'static Moto {
     static MOTO: OnceLock<Moto> = OnceLock::new();
     MOTO.get_or_init(|| {
+        if let Ok(url) = std::env::var(MOTO_URL_ENV) {
+            return Moto { url, _child: None };
+        }
         let path = moto_server_path();
         assert!(
             path.exists(),
@@ -90,7 +97,7 @@ pub fn moto() -> &'static Moto {
         }
         Moto {
             url: format!("http://127.0.0.1:{port}"),
-            _child: child,
+            _child: Some(child),
         }
     })
 }
