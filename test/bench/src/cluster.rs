@@ -328,6 +328,15 @@ pub fn total_without_leases(counts: &RequestCounts) -> u64 {
         .sum()
 }
 
+/// The requests of `counts` on Events.
+pub fn event_requests(counts: &RequestCounts) -> u64 {
+    counts
+        .iter()
+        .filter(|((_, resource, _), _)| resource == "events")
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// `counts` as `verb resource[/sub] N` items, most frequent first, without Leases.
 pub fn describe_requests(counts: &RequestCounts) -> String {
     let mut items: Vec<(String, u64)> = counts

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use crate::cluster::{Cluster, describe_requests, total_without_leases};
+use crate::cluster::{Cluster, describe_requests, event_requests, total_without_leases};
 use crate::daemon::{Daemon, DaemonSpec, process_cpu_seconds};
 use crate::fake_admin::{FakeAdmin, free_port};
 use crate::report::{Outcome, load_average, percentile};
@@ -680,11 +680,7 @@ async fn run_on(
         p50: percentile(&latencies, 50.0),
         p99: percentile(&latencies, 99.0),
         api_requests: total_without_leases(&requests),
-        event_requests: requests
-            .iter()
-            .filter(|((_, resource, _), _)| resource == "events")
-            .map(|(_, n)| n)
-            .sum(),
+        event_requests: event_requests(&requests),
         api_breakdown: describe_requests(&requests),
         cloud_calls: calls.values().sum(),
         cloud_breakdown: calls

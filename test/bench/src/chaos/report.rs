@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::daemons::Totals;
 use super::{Chaos, StoredEvents, Timeline};
-use crate::cluster::{DAEMON_USER, describe_requests, total_without_leases};
+use crate::cluster::{DAEMON_USER, describe_requests, event_requests, total_without_leases};
 use crate::report::{Outcome, format_duration, percentile};
 
 /// `later - earlier`, or zero.
@@ -141,11 +141,7 @@ impl Chaos<'_> {
             p50: percentile(&latencies, 50.0),
             p99: percentile(&latencies, 99.0),
             api_requests: total_without_leases(&requests),
-            event_requests: requests
-                .iter()
-                .filter(|((_, resource, _), _)| resource == "events")
-                .map(|(_, n)| n)
-                .sum(),
+            event_requests: event_requests(&requests),
             api_breakdown: describe_requests(&requests),
             cloud_calls: totals.calls.values().sum(),
             cloud_breakdown: totals
