@@ -38,6 +38,8 @@ pub struct DaemonSpec {
     pub flags: Vec<String>,
     /// Extra environment variables (`KEY`, `VALUE`).
     pub env: Vec<(String, String)>,
+    /// `--secure-port` (health and metrics over HTTPS); 0 turns serving off.
+    pub secure_port: u16,
 }
 
 impl DaemonSpec {
@@ -47,8 +49,8 @@ impl DaemonSpec {
             "--cloud-provider=fake".to_string(),
             format!("--cloud-config={}", self.cloud_config.display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
-            // Serving (health, metrics) is not measured; turning it off avoids a fixed port.
-            "--secure-port=0".to_string(),
+            // Serving (health, metrics) is off unless a scenario measures it (no fixed port).
+            format!("--secure-port={}", self.secure_port),
             // No scenario measures routes (the fake cloud has them, and they would need --cluster-cidr).
             "--configure-cloud-routes=false".to_string(),
         ];
@@ -143,6 +145,14 @@ impl Daemon {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether a line of the daemon's log contains `needle`.
+    pub fn log_contains(&self, needle: &str) -> bool {
+        std::fs::read_to_string(&self.log_path)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(needle))
     }
 
     /// Lines of the daemon's log at WARN or ERROR level.
@@ -253,6 +263,7 @@ mod tests {
             cloud_config: PathBuf::from("/tmp/c.yaml"),
             flags: vec!["--kube-api-qps=20".into()],
             env: Vec::new(),
+            secure_port: 0,
         };
         assert_eq!(
             spec.args(),

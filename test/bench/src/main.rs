@@ -18,6 +18,7 @@ mod cluster;
 mod daemon;
 mod fake_admin;
 mod report;
+mod scale;
 mod scenario;
 mod tracker;
 mod workload;
@@ -37,14 +38,14 @@ use crate::scenario::{Kind, RunSettings, Scenario};
 #[derive(Debug, Parser)]
 #[command(name = "ccm-bench", max_term_width = 110)]
 struct Args {
-    /// Scenarios to run, comma-separated: a, b, b-addr, c, d, d-paced, chaos, or all (every one but
-    /// chaos).
+    /// Scenarios to run, comma-separated: a, b, b-addr, c, d, d-paced, chaos, e, e-start, e-pass, f, all
+    /// (a to d-paced) or scale (e to f).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
-    /// Nodes of the node scenarios (a, b, c) and of chaos, instead of their defaults.
+    /// Nodes of the node scenarios (a, b, c, e, e-start, e-pass) and of chaos, instead of their defaults.
     #[arg(long)]
     nodes: Option<usize>,
-    /// Services of the load-balancer scenarios (d, d-paced) and of chaos, instead of 2,000.
+    /// Services of the load-balancer scenarios (d, d-paced, f) and of chaos, instead of their defaults.
     #[arg(long)]
     services: Option<usize>,
     /// --kube-api-qps of the daemon, instead of the scenario's.
@@ -77,9 +78,15 @@ struct Args {
     /// Chaos: seconds the faults go on after the restarted daemon took the Lease.
     #[arg(long, default_value_t = 30)]
     fault_seconds: u64,
-    /// Load-balancer scenarios: Ready nodes that exist before the services.
-    #[arg(long, default_value_t = 100)]
-    lb_nodes: usize,
+    /// Load-balancer scenarios: Ready nodes that exist before the services (d: 100, f: 5,000).
+    #[arg(long)]
+    lb_nodes: Option<usize>,
+    /// f: seconds of steady state measured before the node changes.
+    #[arg(long, default_value_t = 30)]
+    steady_seconds: u64,
+    /// e: nodes created per second, instead of 1,000 (0: all at once).
+    #[arg(long)]
+    node_rate: Option<f64>,
     /// Services created per second by d-paced.
     #[arg(long, default_value_t = 200.0)]
     service_rate: f64,
@@ -128,6 +135,7 @@ impl Args {
         for id in &self.scenario {
             match id.trim() {
                 "all" => ids.extend(Scenario::ALL),
+                "scale" => ids.extend(Scenario::SCALE),
                 other => ids.push(other),
             }
         }
@@ -135,18 +143,26 @@ impl Args {
         for id in ids {
             let Some(mut s) = Scenario::preset(id) else {
                 bail!(
-                    "unknown scenario {id:?} (known: {}, {}, all)",
+                    "unknown scenario {id:?} (known: {}, {}, all, scale)",
                     Scenario::ALL.join(", "),
                     Scenario::NAMED_ONLY.join(", ")
                 );
             };
             match s.kind {
-                Kind::NodeInit | Kind::Lifecycle => {
+                Kind::NodeInit | Kind::Lifecycle | Kind::Startup => {
                     s.objects = self.nodes.unwrap_or(s.objects);
+                    if s.create_rate > 0.0 {
+                        s.create_rate = self.node_rate.unwrap_or(s.create_rate);
+                    }
+                }
+                Kind::NodeChange => {
+                    s.objects = self.services.unwrap_or(s.objects);
+                    s.lb_nodes = self.lb_nodes.unwrap_or(s.lb_nodes);
+                    s.steady_seconds = self.steady_seconds;
                 }
                 Kind::LoadBalancers => {
                     s.objects = self.services.unwrap_or(s.objects);
-                    s.lb_nodes = self.lb_nodes;
+                    s.lb_nodes = self.lb_nodes.unwrap_or(s.lb_nodes);
                     if s.create_rate > 0.0 {
                         s.create_rate = self.service_rate;
                     }

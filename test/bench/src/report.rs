@@ -105,6 +105,15 @@ fn per_object(total: u64, objects: usize) -> String {
     }
 }
 
+/// A latency percentile, or `-` for a scenario that timestamps no object's completion.
+fn format_latency(o: &Outcome, latency: Duration) -> String {
+    if o.p50.is_zero() && o.p99.is_zero() && o.completed > 0 {
+        "-".to_string()
+    } else {
+        format_duration(latency)
+    }
+}
+
 /// The Markdown table of `outcomes`.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
@@ -140,8 +149,8 @@ pub fn table(outcomes: &[Outcome]) -> String {
             title = o.title,
             settings = o.settings,
             wall = format_duration(o.wall),
-            p50 = format_duration(o.p50),
-            p99 = format_duration(o.p99),
+            p50 = format_latency(o, o.p50),
+            p99 = format_latency(o, o.p99),
             cloud = per_object(o.cloud_calls, o.objects),
             at_done = o.events_at_done,
             expected = o.events_expected,

@@ -9,6 +9,10 @@
 //! | `c` | one lifecycle pass over 5,000 initialized NotReady Nodes, 5% stopped and 5% terminated instances | as `b` |
 //! | `d` | 2,000 LoadBalancer Services created at once (100 Ready Nodes exist) | as `b`, `--concurrent-service-syncs=10` |
 //! | `d-paced` | as `d`, created at 200 Services/s | as `d` |
+//! | `e` | 100,000 tainted Nodes created at 1,000/s | as `b` |
+//! | `e-start` | start-up against 100,000 initialized Ready Nodes: serving, and the first lifecycle pass done ([`crate::scale`]) | as `b` |
+//! | `e-pass` | `c` over 100,000 Nodes | as `b` |
+//! | `f` | 10,000 LoadBalancer Services over 5,000 Nodes: steady state, then one Node excluded from load balancers and one Node added ([`crate::scale`]) | as `d` |
 //! | `chaos` | 5,000 tainted Nodes and 2,000 LoadBalancer Services under cloud and API faults, watch cuts and a `kill -9` of the daemon ([`crate::chaos`]; not in `all`) | as `d` |
 //!
 //! Every cloud call of the fake provider takes `--latency-ms` (20 ms).
@@ -38,8 +42,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Quiet time after the daemon is ready, before the workload starts (first lifecycle pass, first
 /// address sync).
 pub(crate) const SETTLE: Duration = Duration::from_secs(1);
-/// Why the measuring run below refuses the chaos scenario.
-const CHAOS_ELSEWHERE: &str = "the chaos scenario runs through chaos::run, not the measuring run";
 /// How often the fake cloud's counters are polled to find the start of the lifecycle pass.
 const PASS_POLL: Duration = Duration::from_millis(2);
 
@@ -53,6 +55,12 @@ pub enum Kind {
     Lifecycle,
     /// LoadBalancer Services are created; each completes when its ingress is set.
     LoadBalancers,
+    /// Initialized Ready Nodes exist; the daemon starts: until it serves and has finished its first
+    /// lifecycle pass ([`crate::scale`]).
+    Startup,
+    /// LoadBalancer Services exist over Ready Nodes; the steady state is measured, then a Node is added
+    /// ([`crate::scale`]).
+    NodeChange,
     /// Tainted Nodes and LoadBalancer Services under faults and a daemon kill; the end state is asserted
     /// ([`crate::chaos`]).
     Chaos,
@@ -85,8 +93,10 @@ pub struct Scenario {
     pub services: usize,
     /// Chaos: fault rates and duration.
     pub chaos: crate::chaos::ChaosOptions,
-    /// LoadBalancers: Services created per second (0: all at once).
+    /// NodeInit: Nodes, LoadBalancers: Services created per second (0: all at once).
     pub create_rate: f64,
+    /// NodeChange: seconds of steady state measured before the Node changes.
+    pub steady_seconds: u64,
     /// NodeInit: the fake cloud reports an ExternalIP besides the kubelet's addresses, so initialization
     /// writes the node's addresses too.
     pub cloud_adds_addresses: bool,
@@ -116,6 +126,7 @@ impl Scenario {
             services: 0,
             chaos: crate::chaos::ChaosOptions::default(),
             create_rate: 0.0,
+            steady_seconds: 30,
             cloud_adds_addresses: false,
         };
         Some(match id {
@@ -150,6 +161,31 @@ impl Scenario {
                 create_rate: 200.0,
                 ..base
             }),
+            "e" => fast(Scenario {
+                id: "e",
+                objects: 100_000,
+                create_rate: 1000.0,
+                ..base
+            }),
+            "e-start" => fast(Scenario {
+                id: "e-start",
+                kind: Kind::Startup,
+                objects: 100_000,
+                ..base
+            }),
+            "e-pass" => fast(Scenario {
+                id: "e-pass",
+                kind: Kind::Lifecycle,
+                objects: 100_000,
+                ..base
+            }),
+            "f" => fast(Scenario {
+                id: "f",
+                kind: Kind::NodeChange,
+                objects: 10_000,
+                lb_nodes: 5_000,
+                ..base
+            }),
             "chaos" => fast(Scenario {
                 id: "chaos",
                 kind: Kind::Chaos,
@@ -163,8 +199,10 @@ impl Scenario {
 
     /// The preset ids `all` runs, in run order.
     pub const ALL: [&'static str; 6] = ["a", "b", "b-addr", "c", "d", "d-paced"];
+    /// The scale presets (`scale` runs them all); like `chaos`, only run when named: they take minutes.
+    pub const SCALE: [&'static str; 4] = ["e", "e-start", "e-pass", "f"];
     /// Presets only run when named: they assert an end state under faults and take minutes.
-    pub const NAMED_ONLY: [&'static str; 1] = ["chaos"];
+    pub const NAMED_ONLY: [&'static str; 5] = ["chaos", "e", "e-start", "e-pass", "f"];
 
     /// What the scenario does, in a few words.
     pub fn title(&self) -> String {
@@ -173,7 +211,18 @@ impl Scenario {
             Kind::NodeInit if self.cloud_adds_addresses => format!(
                 "initialize {n} tainted nodes created at once, the cloud adding an ExternalIP"
             ),
+            Kind::NodeInit if self.create_rate > 0.0 => format!(
+                "initialize {n} tainted nodes created at {}/s",
+                thousands(self.create_rate as usize)
+            ),
             Kind::NodeInit => format!("initialize {n} tainted nodes created at once"),
+            Kind::Startup => format!(
+                "start-up against {n} initialized nodes: serving and the first lifecycle pass done"
+            ),
+            Kind::NodeChange => format!(
+                "{n} LoadBalancer services over {} nodes: steady state, then one node added",
+                thousands(self.lb_nodes)
+            ),
             Kind::Lifecycle => format!(
                 "one lifecycle pass over {n} NotReady nodes ({}% stopped, {}% terminated)",
                 self.stopped_percent, self.terminated_percent
@@ -206,7 +255,9 @@ impl Scenario {
     /// The flags as shown in the table.
     pub fn settings(&self) -> String {
         let workers = match self.kind {
-            Kind::LoadBalancers => format!("service workers {}", self.service_workers),
+            Kind::LoadBalancers | Kind::NodeChange => {
+                format!("service workers {}", self.service_workers)
+            }
             Kind::Chaos => format!(
                 "node workers {}, service workers {}",
                 self.node_workers, self.service_workers
@@ -242,6 +293,10 @@ impl Scenario {
             Kind::Lifecycle => self.explicit_instances().terminated.len() as u64,
             // `EnsuringLoadBalancer` and `EnsuredLoadBalancer` per service.
             Kind::LoadBalancers => 2 * self.objects as u64,
+            // A start-up over initialized Ready nodes emits none.
+            Kind::Startup => 0,
+            // `UpdatedLoadBalancer` per service when the node is added.
+            Kind::NodeChange => self.objects as u64,
             // Events pending in a killed daemon are lost; chaos bounds events per object instead.
             Kind::Chaos => 0,
         }
@@ -285,7 +340,13 @@ pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<
         .tempdir()
         .context("cannot create a temporary directory")?;
     let cluster = Cluster::start(dir.path(), settings.realkube.as_deref()).await?;
-    let result = run_on(scenario, settings, &cluster, dir.path()).await;
+    let result = match scenario.kind {
+        Kind::Startup => crate::scale::run_startup(scenario, settings, &cluster, dir.path()).await,
+        Kind::NodeChange => {
+            crate::scale::run_node_change(scenario, settings, &cluster, dir.path()).await
+        }
+        _ => run_on(scenario, settings, &cluster, dir.path()).await,
+    };
     cluster.shutdown().await;
     let mut outcome = result?;
     outcome.load = load;
@@ -293,53 +354,35 @@ pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<
 }
 
 /// Objects created by the benchmark and when each create request was sent.
-type Created = HashMap<String, Instant>;
+pub(crate) type Created = HashMap<String, Instant>;
 
-async fn create_nodes(
-    client: &kube::Client,
-    indexes: impl Iterator<Item = usize>,
-    make: fn(usize) -> Node,
-    concurrency: usize,
-) -> anyhow::Result<Created> {
-    let api: Api<Node> = Api::all(client.clone());
-    let results: Vec<anyhow::Result<(String, Instant)>> = futures::stream::iter(indexes)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let node = make(i);
-                let sent = Instant::now();
-                api.create(&PostParams::default(), &node)
-                    .await
-                    .with_context(|| format!("cannot create node {}", node.name_any()))?;
-                Ok((node.name_any(), sent))
-            }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
-
-async fn create_services(
-    client: &kube::Client,
-    count: usize,
+/// Creates the objects `make` builds for `indexes`: at `rate` per second, or, when `rate` is 0, as fast as
+/// `concurrency` concurrent create requests go.
+pub(crate) async fn create_objects<K>(
+    api: &Api<K>,
+    indexes: std::ops::Range<usize>,
+    make: fn(usize) -> K,
     rate: f64,
     concurrency: usize,
-) -> anyhow::Result<Created> {
-    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+) -> anyhow::Result<Created>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
+{
     let create = |i: usize| {
         let api = api.clone();
         async move {
-            let service = load_balancer_service(i);
+            let object = make(i);
+            let name = object.name_any();
             let sent = Instant::now();
-            api.create(&PostParams::default(), &service)
+            api.create(&PostParams::default(), &object)
                 .await
-                .with_context(|| format!("cannot create service {}", service.name_any()))?;
-            Ok::<_, anyhow::Error>((service.name_any(), sent))
+                .with_context(|| format!("cannot create {name}"))?;
+            Ok::<_, anyhow::Error>((name, sent))
         }
     };
     if rate <= 0.0 {
-        let results: Vec<_> = futures::stream::iter(0..count)
+        let results: Vec<_> = futures::stream::iter(indexes)
             .map(create)
             .buffer_unordered(concurrency.max(1))
             .collect()
@@ -347,9 +390,10 @@ async fn create_services(
         return results.into_iter().collect();
     }
     let start = tokio::time::Instant::now();
+    let first = indexes.start;
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..count {
-        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+    for i in indexes {
+        tokio::time::sleep_until(start + Duration::from_secs_f64((i - first) as f64 / rate)).await;
         tasks.spawn(create(i));
     }
     let mut created = Created::new();
@@ -358,6 +402,23 @@ async fn create_services(
         created.insert(name, sent);
     }
     Ok(created)
+}
+
+/// Creates `count` initialized Nodes (Ready or not) before the daemon starts.
+pub(crate) async fn create_initialized_nodes(
+    cluster: &Cluster,
+    count: usize,
+    ready: bool,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let make: fn(usize) -> Node = if ready {
+        |i| initialized_node(i, true)
+    } else {
+        |i| initialized_node(i, false)
+    };
+    let api = Api::<Node>::all(cluster.client());
+    create_objects(&api, 0..count, make, 0.0, concurrency).await?;
+    Ok(())
 }
 
 /// Waits until the daemon has listed and watches every resource in `resources`.
@@ -406,59 +467,134 @@ async fn wait_for_pass_start(daemon: &mut Daemon, admin: &FakeAdmin) -> anyhow::
     }
 }
 
-async fn run_on(
+/// How a scenario's daemon is started beyond the scenario's own flags.
+#[derive(Debug, Default)]
+pub(crate) struct DaemonExtras {
+    /// `--secure-port` (0: serving off).
+    pub secure_port: u16,
+    /// Environment variables besides the run's.
+    pub env: Vec<(String, String)>,
+}
+
+/// Starts the daemon with the scenario's flags and a fake cloud whose admin API listens on a free port.
+pub(crate) fn start_daemon(
     scenario: &Scenario,
     settings: &RunSettings,
     cluster: &Cluster,
     dir: &std::path::Path,
-) -> anyhow::Result<Outcome> {
-    let id = scenario.id;
-    let client = cluster.client();
-    let explicit = scenario.explicit_instances();
-    let mut notes = Vec::new();
-    let own_pid = std::process::id();
-
-    // Objects that exist before the daemon starts.
-    match scenario.kind {
-        Kind::Lifecycle => {
-            eprintln!(
-                "[{id}] creating {} initialized NotReady nodes",
-                scenario.objects
-            );
-            create_nodes(
-                &client,
-                0..scenario.objects,
-                |i| initialized_node(i, false),
-                settings.create_concurrency,
-            )
-            .await?;
-        }
-        Kind::LoadBalancers => {
-            eprintln!("[{id}] creating {} Ready nodes", scenario.lb_nodes);
-            create_nodes(
-                &client,
-                0..scenario.lb_nodes,
-                |i| initialized_node(i, true),
-                settings.create_concurrency,
-            )
-            .await?;
-        }
-        Kind::NodeInit => {}
-        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
-    }
-
-    // The completion watch.
-    let tracker = match scenario.kind {
-        Kind::NodeInit => Tracker::start(
-            Api::<Node>::all(client.clone()),
-            (0..scenario.objects).map(node_name),
-            Goal {
-                reached: |n: &Node| !is_uninitialized(n),
-                deletion_completes: false,
-            },
+    explicit: &ExplicitInstances,
+    extras: DaemonExtras,
+) -> anyhow::Result<(Daemon, FakeAdmin)> {
+    let admin_port = free_port()?;
+    let admin = FakeAdmin::new(([127, 0, 0, 1], admin_port).into());
+    let cloud_config = dir.join("cloud-config.yaml");
+    std::fs::write(
+        &cloud_config,
+        workload::cloud_config(
+            settings.latency_ms,
+            admin_port,
+            explicit,
+            scenario.cloud_adds_addresses,
         ),
+    )
+    .context("cannot write the cloud config")?;
+    let mut flags = scenario.daemon_flags();
+    flags.extend(settings.extra_flags.iter().cloned());
+    let mut env = settings.extra_env.clone();
+    env.extend(extras.env);
+    let spec = DaemonSpec {
+        binary: settings.binary.clone(),
+        kubeconfig: cluster.daemon_kubeconfig().to_path_buf(),
+        cloud_config,
+        flags,
+        env,
+        secure_port: extras.secure_port,
+    };
+    eprintln!(
+        "[{}] starting {} {}",
+        scenario.id,
+        spec.binary.display(),
+        spec.args().join(" ")
+    );
+    Ok((Daemon::spawn(&spec, &dir.join("daemon.log"))?, admin))
+}
+
+/// The start of a measured span: when it began, the objects created in it, and the CPU time the daemon
+/// and the benchmark had used before it.
+pub(crate) struct Span {
+    /// The start.
+    pub start: Instant,
+    /// The objects created, with their create times.
+    pub created: Created,
+    /// The daemon's CPU seconds at the start.
+    pub daemon_cpu: f64,
+    /// The benchmark's own CPU seconds at the start.
+    pub own_cpu: f64,
+}
+
+impl Span {
+    /// A span starting now.
+    pub(crate) fn now(daemon: &Daemon) -> Span {
+        Span {
+            start: Instant::now(),
+            created: Created::new(),
+            daemon_cpu: daemon.cpu_seconds().unwrap_or(0.0),
+            own_cpu: process_cpu_seconds(std::process::id()).unwrap_or(0.0),
+        }
+    }
+}
+
+/// Waits until the daemon watches what the workload changes, lets it settle, clears the counters and
+/// creates the workload (Nodes or Services).
+async fn create_workload(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    cluster: &Cluster,
+    daemon: &mut Daemon,
+    admin: &FakeAdmin,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Span> {
+    let watched: &[&str] = if scenario.kind == Kind::NodeInit {
+        &["nodes"]
+    } else {
+        &["nodes", "services"]
+    };
+    wait_for_informers(daemon, cluster, watched).await?;
+    tokio::time::sleep(SETTLE).await;
+    daemon.check_running()?;
+    cluster.clear_requests();
+    admin
+        .reset_calls()
+        .await
+        .context("cannot reset the fake cloud's call counters")?;
+    let mut span = Span::now(daemon);
+    eprintln!("[{}] creating {} objects", scenario.id, scenario.objects);
+    let client = cluster.client();
+    let (rate, concurrency) = (scenario.create_rate, settings.create_concurrency);
+    span.created = if scenario.kind == Kind::NodeInit {
+        let api = Api::<Node>::all(client);
+        create_objects(&api, 0..scenario.objects, tainted_node, rate, concurrency).await?
+    } else {
+        let api = Api::<Service>::namespaced(client, "default");
+        let make = load_balancer_service;
+        create_objects(&api, 0..scenario.objects, make, rate, concurrency).await?
+    };
+    notes.push(format!(
+        "the benchmark's create requests took {} in all",
+        crate::report::format_duration(span.start.elapsed())
+    ));
+    Ok(span)
+}
+
+/// The completion watch of a measuring scenario.
+fn start_tracker(
+    scenario: &Scenario,
+    client: kube::Client,
+    explicit: &ExplicitInstances,
+) -> Tracker {
+    match scenario.kind {
         Kind::Lifecycle => Tracker::start(
-            Api::<Node>::all(client.clone()),
+            Api::<Node>::all(client),
             explicit
                 .stopped
                 .iter()
@@ -470,183 +606,77 @@ async fn run_on(
             },
         ),
         Kind::LoadBalancers => Tracker::start(
-            Api::<Service>::namespaced(client.clone(), "default"),
+            Api::<Service>::namespaced(client, "default"),
             (0..scenario.objects).map(service_name),
             Goal {
                 reached: |s: &Service| ingress_of(s).is_some(),
                 deletion_completes: false,
             },
         ),
-        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
-    };
-    tracker.wait_synced(Duration::from_secs(60)).await?;
-
-    // The daemon.
-    let admin_port = free_port()?;
-    let admin = FakeAdmin::new(([127, 0, 0, 1], admin_port).into());
-    let cloud_config = dir.join("cloud-config.yaml");
-    std::fs::write(
-        &cloud_config,
-        workload::cloud_config(
-            settings.latency_ms,
-            admin_port,
-            &explicit,
-            scenario.cloud_adds_addresses,
+        _ => Tracker::start(
+            Api::<Node>::all(client),
+            (0..scenario.objects).map(node_name),
+            Goal {
+                reached: |n: &Node| !is_uninitialized(n),
+                deletion_completes: false,
+            },
         ),
-    )
-    .context("cannot write the cloud config")?;
-    let mut flags = scenario.daemon_flags();
-    flags.extend(settings.extra_flags.iter().cloned());
-    let spec = DaemonSpec {
-        binary: settings.binary.clone(),
-        kubeconfig: cluster.daemon_kubeconfig().to_path_buf(),
-        cloud_config,
-        flags,
-        env: settings.extra_env.clone(),
-    };
-    eprintln!(
-        "[{id}] starting {} {}",
-        spec.binary.display(),
-        spec.args().join(" ")
-    );
-    let spawned = Instant::now();
-    let mut daemon = Daemon::spawn(&spec, &dir.join("daemon.log"))?;
-
-    let mut own_cpu_before = process_cpu_seconds(own_pid).unwrap_or(0.0);
-    let (start, created, cpu_before) = match scenario.kind {
-        Kind::Lifecycle => {
-            let pass_start = wait_for_pass_start(&mut daemon, &admin).await?;
-            notes.push(format!(
-                "the pass started {} after the daemon process was spawned (start-up, leader election, \
-                 listing {} nodes)",
-                crate::report::format_duration(pass_start - spawned),
-                scenario.objects
-            ));
-            (pass_start, Created::new(), 0.0)
-        }
-        Kind::NodeInit | Kind::LoadBalancers => {
-            let watched: &[&str] = if scenario.kind == Kind::NodeInit {
-                &["nodes"]
-            } else {
-                &["nodes", "services"]
-            };
-            wait_for_informers(&mut daemon, cluster, watched).await?;
-            tokio::time::sleep(SETTLE).await;
-            daemon.check_running()?;
-            cluster.clear_requests();
-            admin
-                .reset_calls()
-                .await
-                .context("cannot reset the fake cloud's call counters")?;
-            let cpu_before = daemon.cpu_seconds().unwrap_or(0.0);
-            own_cpu_before = process_cpu_seconds(own_pid).unwrap_or(0.0);
-            let start = Instant::now();
-            eprintln!("[{id}] creating {} objects", scenario.objects);
-            let created = if scenario.kind == Kind::NodeInit {
-                create_nodes(
-                    &client,
-                    0..scenario.objects,
-                    tainted_node,
-                    settings.create_concurrency,
-                )
-                .await?
-            } else {
-                create_services(
-                    &client,
-                    scenario.objects,
-                    scenario.create_rate,
-                    settings.create_concurrency,
-                )
-                .await?
-            };
-            notes.push(format!(
-                "the benchmark's create requests took {} in all",
-                crate::report::format_duration(start.elapsed())
-            ));
-            (start, created, cpu_before)
-        }
-        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
-    };
-
-    // Completion.
-    let deadline = tokio::time::Instant::from_std(start) + settings.timeout;
-    let all_done = tracker.wait_all(deadline).await;
-    daemon.check_running()?;
-    let finished = Instant::now();
-    let completions = tracker.completions();
-    let requests = cluster.daemon_requests();
-    let calls = admin.calls().await.unwrap_or_default();
-    let cpu_seconds = daemon.cpu_seconds().unwrap_or(0.0) - cpu_before;
-    notes.push(format!(
-        "the benchmark process (API server, workload, watch) used {:.2} s of CPU over the same span",
-        process_cpu_seconds(own_pid).unwrap_or(0.0) - own_cpu_before
-    ));
-    let (events_at_done, _) = cluster.stored_events().await?;
-    eprintln!(
-        "[{id}] {} of {} objects done after {:.2} s",
-        completions.len(),
-        tracker.expected(),
-        (finished - start).as_secs_f64()
-    );
-
-    let latencies: Vec<Duration> = completions
-        .iter()
-        .map(|(name, at)| at.saturating_duration_since(*created.get(name).unwrap_or(&start)))
-        .collect();
-    let last = completions.values().max().copied().unwrap_or(finished);
-    let wall = if all_done {
-        last.saturating_duration_since(start)
-    } else {
-        finished - start
-    };
-    if tracker.watch_errors() > 0 {
-        notes.push(format!(
-            "the benchmark's watch recovered from {} errors",
-            tracker.watch_errors()
-        ));
     }
+}
 
-    // Events: wait for the expected ones to be stored.
-    let expected_events = scenario.expected_events();
+/// Event occurrences and objects stored after waiting (at most `drain`) for `expected` occurrences, and
+/// when, from `start`, they were all there.
+pub(crate) struct Drained {
+    /// Occurrences and Event objects stored at the end of the wait.
+    pub stored: (u64, u64),
+    /// When every expected occurrence was stored, from the start of the measurement.
+    pub complete_after: Option<Duration>,
+    /// How long the wait lasted.
+    pub waited: Duration,
+}
+
+/// Waits (at most `drain`) until `expected` event occurrences are stored.
+pub(crate) async fn drain_events(
+    cluster: &Cluster,
+    expected: u64,
+    start: Instant,
+    drain: Duration,
+) -> anyhow::Result<Drained> {
     let drain_start = Instant::now();
     let mut stored = cluster.stored_events().await?;
-    let mut complete_after = (stored.0 >= expected_events).then(|| drain_start - start);
-    while complete_after.is_none() && drain_start.elapsed() < settings.event_drain {
+    let mut complete_after = (stored.0 >= expected).then(|| drain_start - start);
+    while complete_after.is_none() && drain_start.elapsed() < drain {
         tokio::time::sleep(Duration::from_millis(500)).await;
         stored = cluster.stored_events().await?;
-        if stored.0 >= expected_events {
+        if stored.0 >= expected {
             complete_after = Some(Instant::now() - start);
         }
     }
-    let drain = drain_start.elapsed();
+    Ok(Drained {
+        stored,
+        complete_after,
+        waited: drain_start.elapsed(),
+    })
+}
 
-    // Memory is read before the end-state checks: they query the fake cloud's admin API, which runs inside
-    // the daemon process and would add the buffers of its answers to the daemon's peak. VmHWM is updated
-    // lazily by the kernel; the current RSS may be above it for a moment.
-    let rss_kib = daemon.rss_kib().unwrap_or(0);
-    let peak_rss_kib = daemon.peak_rss_kib().unwrap_or(0).max(rss_kib);
+/// The daemon's current and peak resident memory in KiB. Read before the end-state checks: they query the
+/// fake cloud's admin API, which runs inside the daemon process and would add the buffers of its answers
+/// to the daemon's peak. VmHWM is updated lazily by the kernel; the current RSS may be above it for a
+/// moment.
+pub(crate) fn memory_kib(daemon: &Daemon) -> (u64, u64) {
+    let rss = daemon.rss_kib().unwrap_or(0);
+    (rss, daemon.peak_rss_kib().unwrap_or(0).max(rss))
+}
 
-    // End state.
-    let mut failures = Vec::new();
-    if !all_done {
-        failures.push(format!(
-            "only {} of {} objects completed within {:?}",
-            completions.len(),
-            tracker.expected(),
-            settings.timeout
-        ));
-    }
-    match scenario.kind {
-        Kind::NodeInit => check_initialized(&client, scenario.objects, &mut failures).await?,
-        Kind::Lifecycle => {
-            check_lifecycle(&client, scenario.objects, &explicit, &mut failures).await?
-        }
-        Kind::LoadBalancers => {
-            check_load_balancers(&client, &admin, scenario.objects, &mut failures).await?
-        }
-        Kind::Chaos => bail!(CHAOS_ELSEWHERE),
-    }
-
+/// Notes the daemon's memory, sockets and warnings, stops it and fails the scenario when it does not exit
+/// cleanly.
+pub(crate) async fn stop_daemon(
+    daemon: Daemon,
+    settings: &RunSettings,
+    (rss_kib, peak_rss_kib): (u64, u64),
+    notes: &mut Vec<String>,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<()> {
     notes.push(format!(
         "daemon at the end: {:.1} MiB resident (peak {:.1} MiB), {} open sockets",
         rss_kib as f64 / 1024.0,
@@ -662,45 +692,306 @@ async fn run_on(
         use std::os::unix::process::ExitStatusExt;
         status.signal() == Some(15)
     };
-    let clean = status.success() || (settings.sigterm_death_is_clean && killed_by_sigterm);
-    if !clean {
+    if !(status.success() || (settings.sigterm_death_is_clean && killed_by_sigterm)) {
         failures.push(format!(
             "the daemon exited with {status} when asked to stop"
         ));
     }
+    Ok(())
+}
 
-    Ok(Outcome {
-        id: id.to_string(),
+/// The daemon's API requests and cloud calls since the counters were cleared, as the outcome shows them.
+pub(crate) async fn record_traffic(cluster: &Cluster, admin: &FakeAdmin, outcome: &mut Outcome) {
+    let requests = cluster.daemon_requests();
+    let calls = admin.calls().await.unwrap_or_default();
+    outcome.api_requests = total_without_leases(&requests);
+    outcome.event_requests = event_requests(&requests);
+    outcome.api_breakdown = describe_requests(&requests);
+    outcome.cloud_calls = calls.values().sum();
+    outcome.cloud_breakdown = calls
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(op, n)| format!("{op} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+}
+
+async fn run_on(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    cluster: &Cluster,
+    dir: &std::path::Path,
+) -> anyhow::Result<Outcome> {
+    let explicit = scenario.explicit_instances();
+    create_existing(scenario, settings, cluster).await?;
+    let tracker = start_tracker(scenario, cluster.client(), &explicit);
+    tracker.wait_synced(Duration::from_secs(60)).await?;
+    let mut notes = Vec::new();
+    let spawned = Instant::now();
+    let extras = DaemonExtras::default();
+    let (mut daemon, admin) = start_daemon(scenario, settings, cluster, dir, &explicit, extras)?;
+    let (span, pass_calls) = if scenario.kind == Kind::Lifecycle {
+        let mut span = Span::now(&daemon);
+        span.start = wait_for_pass_start(&mut daemon, &admin).await?;
+        span.daemon_cpu = 0.0;
+        notes.push(format!(
+            "the pass started {} after the daemon process was spawned (start-up, leader election, \
+             listing {} nodes)",
+            crate::report::format_duration(span.start - spawned),
+            scenario.objects
+        ));
+        (span, Some(CallTimeline::follow(admin, "instance_states")))
+    } else {
+        let span =
+            create_workload(scenario, settings, cluster, &mut daemon, &admin, &mut notes).await?;
+        (span, None)
+    };
+
+    let deadline = tokio::time::Instant::from_std(span.start) + settings.timeout;
+    let all_done = tracker.wait_all(deadline).await;
+    daemon.check_running()?;
+    let mut outcome = completion_figures(scenario, &tracker, &span, all_done, &daemon, &mut notes);
+    record_traffic(cluster, &admin, &mut outcome).await;
+    if let Some(timeline) = pass_calls {
+        let (completions, timeline) = (tracker.completions(), timeline.stop().await);
+        notes.extend(pass_phases(scenario, &span, &completions, &timeline));
+    }
+    outcome.events_at_done = cluster.stored_events().await?.0;
+    outcome.events_expected = scenario.expected_events();
+    let drained = drain_events(
+        cluster,
+        outcome.events_expected,
+        span.start,
+        settings.event_drain,
+    )
+    .await?;
+    (outcome.events_after_drain, outcome.event_objects) = drained.stored;
+    outcome.events_complete_after = drained.complete_after;
+    outcome.drain = drained.waited;
+    let memory = memory_kib(&daemon);
+    outcome.peak_rss_kib = memory.1;
+
+    let mut failures = Vec::new();
+    if !all_done {
+        failures.push(format!(
+            "only {} of {} objects completed within {:?}",
+            outcome.completed, outcome.tracked, settings.timeout
+        ));
+    }
+    check_end_state(scenario, cluster, &admin, &explicit, &daemon, &mut failures).await?;
+    stop_daemon(daemon, settings, memory, &mut notes, &mut failures).await?;
+    outcome.failures = failures;
+    outcome.notes = notes;
+    Ok(outcome)
+}
+
+/// Creates the objects that exist before the daemon starts: NotReady initialized Nodes for a lifecycle
+/// pass, Ready ones under load balancers.
+async fn create_existing(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    cluster: &Cluster,
+) -> anyhow::Result<()> {
+    let (count, ready) = match scenario.kind {
+        Kind::Lifecycle => (scenario.objects, false),
+        Kind::LoadBalancers => (scenario.lb_nodes, true),
+        _ => return Ok(()),
+    };
+    eprintln!(
+        "[{}] creating {} initialized {} nodes",
+        scenario.id,
+        thousands(count),
+        if ready { "Ready" } else { "NotReady" }
+    );
+    create_initialized_nodes(cluster, count, ready, settings.create_concurrency).await
+}
+
+/// The outcome's completion figures: wall time, latency percentiles, the daemon's CPU time.
+fn completion_figures(
+    scenario: &Scenario,
+    tracker: &Tracker,
+    span: &Span,
+    all_done: bool,
+    daemon: &Daemon,
+    notes: &mut Vec<String>,
+) -> Outcome {
+    let finished = Instant::now();
+    let completions = tracker.completions();
+    eprintln!(
+        "[{}] {} of {} objects done after {:.2} s",
+        scenario.id,
+        completions.len(),
+        tracker.expected(),
+        (finished - span.start).as_secs_f64()
+    );
+    let latencies: Vec<Duration> = completions
+        .iter()
+        .map(|(name, at)| {
+            at.saturating_duration_since(*span.created.get(name).unwrap_or(&span.start))
+        })
+        .collect();
+    let last = completions.values().max().copied().unwrap_or(finished);
+    let wall = if all_done {
+        last.saturating_duration_since(span.start)
+    } else {
+        finished - span.start
+    };
+    notes.push(format!(
+        "the benchmark process (API server, workload, watch) used {:.2} s of CPU over the same span",
+        process_cpu_seconds(std::process::id()).unwrap_or(0.0) - span.own_cpu
+    ));
+    if scenario.kind == Kind::NodeInit {
+        let arrival = match scenario.create_rate {
+            rate if rate > 0.0 => {
+                Duration::from_secs_f64(completions.len().saturating_sub(1) as f64 / rate)
+            }
+            _ => Duration::ZERO,
+        };
+        let limits = (scenario.qps, scenario.burst);
+        notes.push(write_floor_note(completions.len(), limits, arrival, wall));
+    }
+    if tracker.watch_errors() > 0 {
+        notes.push(format!(
+            "the benchmark's watch recovered from {} errors",
+            tracker.watch_errors()
+        ));
+    }
+    Outcome {
+        id: scenario.id.to_string(),
         title: scenario.title(),
         objects: scenario.objects,
         tracked: tracker.expected(),
         completed: completions.len(),
         settings: scenario.settings(),
+        cpu_seconds: daemon.cpu_seconds().unwrap_or(0.0) - span.daemon_cpu,
         wall,
         p50: percentile(&latencies, 50.0),
         p99: percentile(&latencies, 99.0),
-        api_requests: total_without_leases(&requests),
-        event_requests: event_requests(&requests),
-        api_breakdown: describe_requests(&requests),
-        cloud_calls: calls.values().sum(),
-        cloud_breakdown: calls
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(op, n)| format!("{op} {n}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        events_at_done,
-        events_after_drain: stored.0,
-        event_objects: stored.1,
-        events_expected: expected_events,
-        drain,
-        events_complete_after: complete_after,
-        peak_rss_kib,
-        cpu_seconds,
-        load: String::new(),
-        failures,
-        notes,
-    })
+        ..Outcome::default()
+    }
+}
+
+/// Checks that every object ended as the scenario requires.
+async fn check_end_state(
+    scenario: &Scenario,
+    cluster: &Cluster,
+    admin: &FakeAdmin,
+    explicit: &ExplicitInstances,
+    daemon: &Daemon,
+    failures: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let client = cluster.client();
+    match scenario.kind {
+        Kind::NodeInit => check_initialized(&client, scenario.objects, failures).await,
+        Kind::Lifecycle => {
+            if daemon.log_contains("node deletion guard tripped") {
+                failures.push("the node deletion guard tripped".to_string());
+            }
+            check_lifecycle(&client, scenario.objects, explicit, failures).await
+        }
+        Kind::LoadBalancers => {
+            check_load_balancers(&client, admin, scenario.objects, failures).await
+        }
+        _ => bail!("{} is not a measuring scenario", scenario.id),
+    }
+}
+
+/// `writes` API writes at `qps` with `burst` saved up take at least `(writes − burst) / qps`, and no less
+/// than the `arrival` of the objects they are for; the note compares `took` with that floor.
+pub(crate) fn write_floor_note(
+    writes: usize,
+    (qps, burst): (f64, u32),
+    arrival: Duration,
+    took: Duration,
+) -> String {
+    let bucket = writes.saturating_sub(burst as usize) as f64 / qps;
+    let floor = bucket.max(arrival.as_secs_f64());
+    let took_text = crate::report::format_duration(took);
+    if floor <= 0.0 {
+        return format!(
+            "{} writes took {took_text}, within the burst of {burst}",
+            thousands(writes)
+        );
+    }
+    format!(
+        "{} writes took {took_text}; the floor is {floor:.1} s (token bucket: ({} − burst {burst}) / qps {qps} = \
+         {bucket:.1} s; the objects arrived over {:.1} s): {:.3}× the floor",
+        thousands(writes),
+        thousands(writes),
+        arrival.as_secs_f64(),
+        took.as_secs_f64() / floor
+    )
+}
+
+/// Lifecycle: how long the pass's cloud checks took (pass start to the last bulk call before the first
+/// write landed) and how its writes compare with the token-bucket floor (first to last completion).
+fn pass_phases(
+    scenario: &Scenario,
+    span: &Span,
+    completions: &HashMap<String, Instant>,
+    timeline: &[(Instant, u64)],
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let (Some(first), Some(last)) = (completions.values().min(), completions.values().max()) else {
+        return notes;
+    };
+    let before_writes: Vec<&(Instant, u64)> =
+        timeline.iter().filter(|(at, _)| at <= first).collect();
+    if let Some((checks_done, calls)) = before_writes.last() {
+        notes.push(format!(
+            "cloud checks of the {} NotReady nodes: {calls} bulk instance_states calls, the last {} after the pass started",
+            thousands(scenario.objects),
+            crate::report::format_duration(checks_done.saturating_duration_since(span.start)),
+        ));
+    }
+    let deleted = scenario.explicit_instances().terminated.len();
+    notes.push(format!(
+        "{} of {} nodes deleted ({:.1}%, --node-deletion-max-percent allows 50%)",
+        thousands(deleted),
+        thousands(scenario.objects),
+        deleted as f64 * 100.0 / scenario.objects.max(1) as f64
+    ));
+    notes.push(write_floor_note(
+        completions.len(),
+        (scenario.qps, scenario.burst),
+        Duration::ZERO,
+        last.saturating_duration_since(*first),
+    ));
+    notes
+}
+
+/// Follows one fake cloud operation's call count in the background: when it changed, and to what.
+pub(crate) struct CallTimeline {
+    task: tokio::task::JoinHandle<Vec<(Instant, u64)>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl CallTimeline {
+    /// Polls the count of `operation` every 20 ms (often enough for passes of seconds, rarely enough not to
+    /// load the daemon, whose process serves the admin API).
+    pub(crate) fn follow(admin: FakeAdmin, operation: &'static str) -> CallTimeline {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut changes: Vec<(Instant, u64)> = Vec::new();
+            while !*stopped.borrow() {
+                if let Ok(calls) = admin.calls().await {
+                    let count = calls.get(operation).copied().unwrap_or(0);
+                    if changes.last().is_none_or(|(_, seen)| *seen != count) {
+                        changes.push((Instant::now(), count));
+                    }
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(20), stopped.changed()).await;
+            }
+            changes
+        });
+        CallTimeline { task, stop }
+    }
+
+    /// Stops following; the changes seen.
+    pub(crate) async fn stop(self) -> Vec<(Instant, u64)> {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap_or_default()
+    }
 }
 
 async fn check_initialized(
@@ -921,6 +1212,67 @@ mod tests {
             Scenario::preset("d-paced").unwrap().title(),
             "2,000 LoadBalancer services created at 200/s"
         );
+    }
+
+    #[test]
+    fn scale_presets_match_the_issue() {
+        let e = Scenario::preset("e").unwrap();
+        assert_eq!(
+            (e.kind, e.objects, e.create_rate),
+            (Kind::NodeInit, 100_000, 1000.0)
+        );
+        assert_eq!((e.qps, e.burst, e.node_workers), (500.0, 1000, 10));
+        assert_eq!(
+            e.title(),
+            "initialize 100,000 tainted nodes created at 1,000/s"
+        );
+        let start = Scenario::preset("e-start").unwrap();
+        assert_eq!((start.kind, start.objects), (Kind::Startup, 100_000));
+        assert_eq!(start.expected_events(), 0);
+        let pass = Scenario::preset("e-pass").unwrap();
+        assert_eq!((pass.kind, pass.objects), (Kind::Lifecycle, 100_000));
+        assert_eq!(pass.explicit_instances().terminated.len(), 5_000);
+        let f = Scenario::preset("f").unwrap();
+        assert_eq!(
+            (f.kind, f.objects, f.lb_nodes),
+            (Kind::NodeChange, 10_000, 5_000)
+        );
+        assert_eq!(f.expected_events(), 10_000);
+        assert_eq!(f.settings(), "qps 500 / burst 1000, service workers 10");
+        assert!(
+            Scenario::SCALE
+                .iter()
+                .all(|id| Scenario::NAMED_ONLY.contains(id))
+        );
+        assert!(Scenario::SCALE.iter().all(|id| !Scenario::ALL.contains(id)));
+    }
+
+    #[test]
+    fn write_floors_take_the_bucket_and_the_arrivals() {
+        let limits = (500.0, 1000);
+        let bucket_bound = write_floor_note(
+            100_000,
+            limits,
+            Duration::from_secs(100),
+            Duration::from_secs(200),
+        );
+        assert!(
+            bucket_bound.contains("the floor is 198.0 s"),
+            "{bucket_bound}"
+        );
+        assert!(bucket_bound.contains("1.010× the floor"), "{bucket_bound}");
+        let arrival_bound = write_floor_note(
+            3_000,
+            limits,
+            Duration::from_secs(6),
+            Duration::from_secs(6),
+        );
+        assert!(
+            arrival_bound.contains("the floor is 6.0 s"),
+            "{arrival_bound}"
+        );
+        let within = write_floor_note(300, limits, Duration::ZERO, Duration::from_millis(289));
+        assert_eq!(within, "300 writes took 289 ms, within the burst of 1000");
     }
 
     #[test]

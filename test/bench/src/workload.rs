@@ -119,8 +119,21 @@ pub fn initialized_node(index: usize, ready: bool) -> Node {
 
 /// A `type: LoadBalancer` Service with one TCP port.
 pub fn load_balancer_service(index: usize) -> Service {
+    to_service(load_balancer_service_json(index))
+}
+
+/// A `type: LoadBalancer` Service with one TCP port and `allocateLoadBalancerNodePorts: false`: more
+/// such Services fit a cluster than its NodePort range has ports (2,768 by default), as with load
+/// balancers that reach pods directly.
+pub fn load_balancer_service_without_node_ports(index: usize) -> Service {
+    let mut service = load_balancer_service_json(index);
+    service["spec"]["allocateLoadBalancerNodePorts"] = json!(false);
+    to_service(service)
+}
+
+fn load_balancer_service_json(index: usize) -> serde_json::Value {
     let name = service_name(index);
-    serde_json::from_value(json!({
+    json!({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": "default"},
@@ -129,8 +142,24 @@ pub fn load_balancer_service(index: usize) -> Service {
             "selector": {"app": name},
             "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
         },
-    }))
-    .expect("the benchmark's service template is a valid Service")
+    })
+}
+
+fn to_service(value: serde_json::Value) -> Service {
+    serde_json::from_value(value).expect("the benchmark's service template is a valid Service")
+}
+
+/// The label that keeps a Node out of every load balancer.
+pub const LABEL_EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// An initialized Ready Node labelled out of every load balancer.
+pub fn excluded_node(index: usize) -> Node {
+    let mut node = initialized_node(index, true);
+    node.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(LABEL_EXCLUDE_FROM_LB.to_string(), String::new());
+    node
 }
 
 /// Whether the Node still carries the uninitialized taint.
@@ -254,6 +283,20 @@ mod tests {
         assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
         assert!(spec.load_balancer_class.is_none());
         assert_eq!(ingress_of(&svc), None);
+        let without = load_balancer_service_without_node_ports(1);
+        let spec = without.spec.as_ref().unwrap();
+        assert_eq!(spec.allocate_load_balancer_node_ports, Some(false));
+        assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+        let excluded = excluded_node(2);
+        assert!(
+            excluded
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(LABEL_EXCLUDE_FROM_LB)
+        );
+        assert!(!is_uninitialized(&excluded));
     }
 
     #[test]

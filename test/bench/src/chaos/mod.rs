@@ -221,6 +221,7 @@ async fn run_on(
         cloud_config: dir.join("cloud-config-1.yaml"),
         flags,
         env: settings.extra_env.clone(),
+        secure_port: 0,
     };
     eprintln!(
         "[chaos] starting {} {}",
