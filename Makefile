@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench fuzz fmt fmt-check lint clean
+.PHONY: help build test test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -59,6 +59,10 @@ bench: ## Whole-process benchmarks of the release daemon, side by side with upst
 	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
 	hack/upstream/build.sh
 	$(CARGO) run --release --locked -p ccm-bench -- --upstream target/upstream/bin/upstream-ccm
+
+bench-scale: ## The scale benchmarks: 100,000 nodes (e, e-start, e-pass) and 10,000 load balancers (f); about 12 minutes.
+	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
+	$(CARGO) run --release --locked -p ccm-bench -- --scenario scale
 
 # make test replays every committed corpus through its target (test/fuzz/tests/corpus.rs), without libFuzzer.
 fuzz: ## Fuzz every parser that reads outside input, FUZZ_SECONDS (600) per target (cargo-fuzz; test/fuzz/README.md).

@@ -258,11 +258,12 @@ impl State {
             let nodes = match lb.node_set.and_then(|i| sets.get_mut(i)) {
                 Some(Some(shared)) => shared.clone(),
                 Some(slot) => {
-                    let shared = st.backends_named(declared.iter().map(String::as_str).collect());
+                    let shared =
+                        st.backends_named(sorted_unique(declared.iter().map(String::as_str)));
                     *slot = Some(shared.clone());
                     shared
                 }
-                None => st.backends_named(declared.iter().map(String::as_str).collect()),
+                None => st.backends_named(sorted_unique(declared.iter().map(String::as_str))),
             };
             let name = lb.name();
             st.lbs.insert(
@@ -706,22 +707,17 @@ impl State {
 
     /// The sorted backend names of `nodes`, shared with the previous load balancer's when they are the same.
     fn backends(&mut self, nodes: &[Node]) -> Arc<[String]> {
-        self.backends_named(
-            nodes
-                .iter()
-                .filter_map(|n| n.metadata.name.as_deref())
-                .collect(),
-        )
+        self.backends_named(backend_names(nodes))
     }
 
-    /// [`Self::backends`] for a set of node names.
-    fn backends_named(&mut self, set: BTreeSet<&str>) -> Arc<[String]> {
-        if !set
+    /// [`Self::backends`] for node names sorted without duplicates.
+    fn backends_named(&mut self, names: Vec<&str>) -> Arc<[String]> {
+        if !names
             .iter()
             .copied()
             .eq(self.last_backends.iter().map(String::as_str))
         {
-            self.last_backends = set.into_iter().map(str::to_string).collect();
+            self.last_backends = names.into_iter().map(str::to_string).collect();
         }
         self.last_backends.clone()
     }
@@ -816,10 +812,7 @@ impl State {
         let Some(lb) = self.lbs.get(&name) else {
             return false;
         };
-        let backends: BTreeSet<&str> = nodes
-            .iter()
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+        let backends = backend_names(nodes);
         requested.is_none_or(|want| lb.ip.parse().ok() == Some(want))
             && lb.cluster == cluster
             && lb.service == Self::service_key(service)
@@ -1181,4 +1174,33 @@ fn discovered_addresses(cfg: &FakeConfig, kubelet: &[NodeAddress]) -> Vec<NodeAd
         addresses.push(node_address("ExternalIP", &format!("198.18.{c}.{d}")));
     }
     addresses
+}
+
+/// The names sorted, without duplicates; a list that already is (the controllers pass hosts sorted by name)
+/// costs one pass and no tree.
+fn sorted_unique<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut names: Vec<&str> = names.collect();
+    if !names.windows(2).all(|pair| pair[0] < pair[1]) {
+        names.sort_unstable();
+        names.dedup();
+    }
+    names
+}
+
+/// The backend names of a load balancer over `nodes`: their names, sorted, without duplicates.
+fn backend_names(nodes: &[Node]) -> Vec<&str> {
+    sorted_unique(nodes.iter().filter_map(|n| n.metadata.name.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_are_sorted_and_unique_whatever_the_input_order() {
+        assert_eq!(sorted_unique(["a", "b", "c"].into_iter()), ["a", "b", "c"]);
+        assert_eq!(sorted_unique(["c", "a", "c", "b"].into_iter()), ["a", "b", "c"]);
+        assert_eq!(sorted_unique(["a", "a"].into_iter()), ["a"]);
+        assert!(sorted_unique(std::iter::empty()).is_empty());
+    }
 }

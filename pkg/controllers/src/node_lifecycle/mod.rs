@@ -36,8 +36,9 @@ use crate::panics::PanicGuard;
 
 /// NotReady nodes per bulk state call.
 const STATE_CHUNK: usize = 250;
-/// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too).
-const STATE_CONCURRENCY: usize = 2;
+/// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too: about
+/// 1 MB for four chunks). Four checks 100,000 nodes in 100 rounds of calls, 2 s at 20 ms a call.
+const STATE_CONCURRENCY: usize = 4;
 /// Concurrent per-node calls with the v1 interface.
 const V1_CONCURRENCY: usize = 16;
 /// Concurrent node writes (taints, deletions) in one pass.
