@@ -716,7 +716,7 @@ impl FakeConfig {
     /// name as the name hint.
     pub(crate) fn route_name(&self, route: &RouteConfig) -> String {
         route.name.clone().unwrap_or_else(|| {
-            crate::state::route_name(
+            route_name(
                 self.route_cluster(route),
                 &route.target_node,
                 &route.destination_cidr,
@@ -833,6 +833,15 @@ fn check_zone(zones: &[String], zone: &str, field: &str) -> Result<(), ConfigErr
             format!("{zone:?} is not a configured zone ({})", zones.join(", ")),
         ))
     }
+}
+
+/// The name `create_route` gives a route: `<cluster>-<name hint>-<destination>`, the destination with `.`,
+/// `:` and `/` as `-`.
+pub(crate) fn route_name(cluster: &str, name_hint: &str, destination_cidr: &str) -> String {
+    format!(
+        "{cluster}-{name_hint}-{}",
+        destination_cidr.replace(['.', ':', '/'], "-")
+    )
 }
 
 #[cfg(test)]
