@@ -260,10 +260,32 @@ async fn keep_running(kubeconfig: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The demo's story, act by act: nodes join, Services get load balancers, one instance stops, another
+/// is terminated and the cloud follows, then a dry run checks everything is in sync. Each expected outcome
+/// is recorded as it happens (or does not); a failing API call ends the story.
 async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(h.client());
     let services: Api<Service> = Api::namespaced(h.client(), "default");
+    nodes_join(h, &nodes, outcomes).await?;
+    routes_created(h, outcomes).await;
+    services_get_load_balancers(&services, outcomes).await?;
+    instance_stopped(h, &nodes, outcomes).await?;
+    instance_terminated(h, &nodes, outcomes).await?;
+    load_balancers_drop_terminated(h, outcomes).await;
+    route_of_terminated_removed(h, outcomes).await;
+    if let Some(local) = h.local() {
+        let report = dry_run(h, local).await;
+        outcomes.record(
+            "a dry run beside the CCM finds every object in sync (exit 0)",
+            report,
+        );
+    }
+    Ok(())
+}
 
+/// The kubelets register their nodes; the CCM initializes each one (provider ID, zone, type) and lifts
+/// the uninitialized taint.
+async fn nodes_join(h: &Harness, nodes: &Api<Node>, outcomes: &mut Outcomes) -> anyhow::Result<()> {
     narrator::say("The kubelets of four nodes register, tainted until the cloud initializes them.");
     for index in 0..NODES {
         h.kubelets()
@@ -272,7 +294,7 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
     }
     for index in 0..NODES {
         let name = format!("node-{index}");
-        let result = wait_node(&nodes, &format!("{name} to be initialized"), &name, |n| {
+        let result = wait_node(nodes, &format!("{name} to be initialized"), &name, |n| {
             n.is_some_and(|n| provider_id(n).is_some() && !has_taint(n, UNINITIALIZED_TAINT))
         })
         .await;
@@ -281,6 +303,11 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
             result,
         );
     }
+    Ok(())
+}
+
+/// The route controller creates a cloud route for every node's pod CIDR.
+async fn routes_created(h: &Harness, outcomes: &mut Outcomes) {
     let routes = wait_for("a route for every node", WAIT, || async {
         let routes = h.admin().routes().await?;
         let mut targets: Vec<String> = routes.iter().map(|r| r.target_node.clone()).collect();
@@ -292,7 +319,13 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
     })
     .await;
     outcomes.record("a route in the cloud for each node's pod CIDR", routes);
+}
 
+/// Three LoadBalancer Services are created; the service controller gives each an external IP.
+async fn services_get_load_balancers(
+    services: &Api<Service>,
+    outcomes: &mut Outcomes,
+) -> anyhow::Result<()> {
     narrator::say("Three Services of type LoadBalancer are created.");
     for (name, ports) in SERVICES {
         services
@@ -319,28 +352,44 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         .await;
         outcomes.record(format!("Service {name} got a load-balancer IP"), result);
     }
+    Ok(())
+}
 
+/// An instance is shut down in the cloud; the node lifecycle controller taints its node.
+async fn instance_stopped(
+    h: &Harness,
+    nodes: &Api<Node>,
+    outcomes: &mut Outcomes,
+) -> anyhow::Result<()> {
     narrator::say(format!(
         "The instance of {STOPPED} is shut down in the cloud (its kubelet stops reporting)."
     ));
     h.admin().stop_instance(STOPPED).await?;
     h.kubelets().set_ready(STOPPED, false).await?;
     let shutdown = wait_node(
-        &nodes,
+        nodes,
         &format!("{STOPPED} to get the shutdown taint"),
         STOPPED,
         |n| n.is_some_and(|n| has_taint(n, SHUTDOWN_TAINT)),
     )
     .await;
     outcomes.record(format!("{STOPPED} tainted {SHUTDOWN_TAINT}"), shutdown);
+    Ok(())
+}
 
+/// An instance is terminated in the cloud; the node lifecycle controller deletes its node.
+async fn instance_terminated(
+    h: &Harness,
+    nodes: &Api<Node>,
+    outcomes: &mut Outcomes,
+) -> anyhow::Result<()> {
     narrator::say(format!(
         "The instance of {TERMINATED} is terminated in the cloud."
     ));
     h.admin().terminate_instance(TERMINATED).await?;
     h.kubelets().set_ready(TERMINATED, false).await?;
     let deleted = wait_node(
-        &nodes,
+        nodes,
         &format!("{TERMINATED} to be deleted"),
         TERMINATED,
         |n| n.is_none(),
@@ -351,7 +400,11 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         format!("{TERMINATED} deleted once its instance was gone"),
         deleted,
     );
+    Ok(())
+}
 
+/// The service controller updates every load balancer so that none targets the deleted node.
+async fn load_balancers_drop_terminated(h: &Harness, outcomes: &mut Outcomes) {
     let lb_nodes = wait_for(
         "the load balancers to drop the deleted node",
         WAIT,
@@ -384,7 +437,10 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         format!("load balancers no longer target {TERMINATED}"),
         lb_nodes,
     );
+}
 
+/// The route controller removes the cloud route of the deleted node.
+async fn route_of_terminated_removed(h: &Harness, outcomes: &mut Outcomes) {
     let route_gone = wait_for(
         &format!("the route of {TERMINATED} to be removed"),
         WAIT,
@@ -407,14 +463,6 @@ async fn script(h: &Harness, outcomes: &mut Outcomes) -> anyhow::Result<()> {
         format!("the route of {TERMINATED} removed from the cloud"),
         route_gone,
     );
-    if let Some(local) = h.local() {
-        let report = dry_run(h, local).await;
-        outcomes.record(
-            "a dry run beside the CCM finds every object in sync (exit 0)",
-            report,
-        );
-    }
-    Ok(())
 }
 
 /// What an operator runs before switching: a second process with `--dry-run`, beside the CCM in charge,

@@ -2,7 +2,7 @@
 
 use ccm_e2e::Harness;
 use ccm_e2e::well_known::*;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
@@ -66,37 +66,53 @@ fn port_text(svc: &Service) -> String {
         .unwrap_or_default()
 }
 
-/// Prints the end state.
+/// Prints the end state: the nodes and Services as kubectl shows them, then the cloud's routes and load
+/// balancers.
 pub async fn print(h: &Harness) -> anyhow::Result<()> {
-    let nodes = h.nodes().await?;
-    let rows: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| {
-            let labels = labels(n);
-            let status = match condition(n, "Ready").map(|c| c.status.as_str()) {
-                Some("True") => "Ready",
-                Some("False") => "NotReady",
-                _ => "Unknown",
-            };
-            vec![
-                node_name(n).to_string(),
-                status.to_string(),
-                or_none(provider_id(n).unwrap_or_default().to_string()),
-                or_none(labels.get(ZONE_LABEL).cloned().unwrap_or_default()),
-                or_none(labels.get(INSTANCE_TYPE_LABEL).cloned().unwrap_or_default()),
-                or_none(taint_keys(n).join(",")),
-            ]
-        })
-        .collect();
-    println!("\n$ kubectl get nodes");
-    println!(
-        "{}",
-        render(
-            &["NAME", "STATUS", "PROVIDER-ID", "ZONE", "TYPE", "TAINTS"],
-            &rows
-        )
-    );
+    print_nodes(h).await?;
+    print_services(h).await?;
+    print_routes(h).await?;
+    print_load_balancers(h).await
+}
 
+/// Prints a table under the command that would show it.
+fn print_table(command: &str, header: &[&str], rows: &[Vec<String>]) {
+    println!("\n$ {command}");
+    println!("{}", render(header, rows));
+}
+
+/// `kubectl get nodes`, with the columns the cloud fills in: provider ID, zone, type and taints.
+async fn print_nodes(h: &Harness) -> anyhow::Result<()> {
+    let nodes = h.nodes().await?;
+    let rows: Vec<Vec<String>> = nodes.iter().map(node_row).collect();
+    print_table(
+        "kubectl get nodes",
+        &["NAME", "STATUS", "PROVIDER-ID", "ZONE", "TYPE", "TAINTS"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// A node's row of `kubectl get nodes`.
+fn node_row(n: &Node) -> Vec<String> {
+    let labels = labels(n);
+    let status = match condition(n, "Ready").map(|c| c.status.as_str()) {
+        Some("True") => "Ready",
+        Some("False") => "NotReady",
+        _ => "Unknown",
+    };
+    vec![
+        node_name(n).to_string(),
+        status.to_string(),
+        or_none(provider_id(n).unwrap_or_default().to_string()),
+        or_none(labels.get(ZONE_LABEL).cloned().unwrap_or_default()),
+        or_none(labels.get(INSTANCE_TYPE_LABEL).cloned().unwrap_or_default()),
+        or_none(taint_keys(n).join(",")),
+    ]
+}
+
+/// `kubectl get services --all-namespaces`, with the external IPs the load balancers gave.
+async fn print_services(h: &Harness) -> anyhow::Result<()> {
     let services = Api::<Service>::all(h.client())
         .list(&ListParams::default())
         .await?;
@@ -116,15 +132,16 @@ pub async fn print(h: &Harness) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("\n$ kubectl get services --all-namespaces");
-    println!(
-        "{}",
-        render(
-            &["NAMESPACE", "NAME", "TYPE", "EXTERNAL-IP", "PORTS"],
-            &rows
-        )
+    print_table(
+        "kubectl get services --all-namespaces",
+        &["NAMESPACE", "NAME", "TYPE", "EXTERNAL-IP", "PORTS"],
+        &rows,
     );
+    Ok(())
+}
 
+/// The fake cloud's routes, active or blackholed.
+async fn print_routes(h: &Harness) -> anyhow::Result<()> {
     let routes = h.admin().routes().await?;
     let rows: Vec<Vec<String>> = routes
         .iter()
@@ -141,12 +158,16 @@ pub async fn print(h: &Harness) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("\n$ fake-cloud routes");
-    println!(
-        "{}",
-        render(&["NAME", "TARGET-NODE", "DESTINATION", "STATE"], &rows)
+    print_table(
+        "fake-cloud routes",
+        &["NAME", "TARGET-NODE", "DESTINATION", "STATE"],
+        &rows,
     );
+    Ok(())
+}
 
+/// The fake cloud's load balancers, with their ports and backend nodes.
+async fn print_load_balancers(h: &Harness) -> anyhow::Result<()> {
     let lbs = h.admin().load_balancers().await?;
     let rows: Vec<Vec<String>> = lbs
         .iter()
@@ -164,10 +185,10 @@ pub async fn print(h: &Harness) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("\n$ fake-cloud load-balancers");
-    println!(
-        "{}",
-        render(&["NAME", "SERVICE", "IP", "PORTS", "NODES"], &rows)
+    print_table(
+        "fake-cloud load-balancers",
+        &["NAME", "SERVICE", "IP", "PORTS", "NODES"],
+        &rows,
     );
     Ok(())
 }

@@ -18,10 +18,11 @@ use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cloud::Shared;
 use crate::config::InstanceConfig;
-use crate::control::{ControlError, FakeControl};
+use crate::control::FakeControl;
 use crate::faults::{FaultKind, FaultSpec};
+use crate::shared::Shared;
+use crate::state::ControlError;
 
 /// Why the admin API could not start.
 #[derive(Debug, thiserror::Error)]

@@ -18,23 +18,11 @@ use crate::admin::{self, AdminError};
 use crate::config::{ConfigError, FakeConfig, PROVIDER_NAME};
 use crate::control::FakeControl;
 use crate::faults::stable_hash;
-use crate::state::{Injected, State};
+use crate::shared::Shared;
+use crate::state::{Injected, InstanceRecord, PowerState, State};
 
 /// How often a hanging call looks whether the faults changed.
 const HANG_POLL: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// What a [`FakeCloud`] and its [`FakeControl`] handles share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The validated configuration, with the zones resolved.
-    pub(crate) config: FakeConfig,
-    /// The mutable state; never held across an await.
-    pub(crate) state: Mutex<State>,
-    /// The admin API's bound address, once started.
-    pub(crate) admin: Mutex<Option<SocketAddr>>,
-    /// The gate of the mutating operations ([`FakeCloud::gate_mutation`]).
-    pub(crate) mutations: MutationGate,
-}
 
 /// An in-memory cloud implementing every provider capability.
 ///
@@ -207,7 +195,7 @@ impl FakeCloud {
         })
     }
 
-    fn by_name(&self, node_name: &str) -> Result<crate::InstanceRecord> {
+    fn by_name(&self, node_name: &str) -> Result<InstanceRecord> {
         let mut st = self.shared.state.lock();
         let id = st
             .resolve_name(self.cfg(), node_name)
@@ -216,14 +204,14 @@ impl FakeCloud {
             .ok_or(CloudError::InstanceNotFound)
     }
 
-    fn by_provider_id(&self, provider_id: &str) -> Result<Option<crate::InstanceRecord>> {
+    fn by_provider_id(&self, provider_id: &str) -> Result<Option<InstanceRecord>> {
         let mut st = self.shared.state.lock();
         Ok(st
             .resolve_provider_id(self.cfg(), provider_id)?
             .and_then(|id| st.instance(self.cfg(), &id)))
     }
 
-    fn zone_of(&self, rec: &crate::InstanceRecord) -> Zone {
+    fn zone_of(&self, rec: &InstanceRecord) -> Zone {
         Zone {
             failure_domain: rec.zone.clone(),
             region: rec.region.clone(),
@@ -420,7 +408,7 @@ impl Instances for FakeCloud {
         let rec = self
             .by_provider_id(provider_id)?
             .ok_or(CloudError::InstanceNotFound)?;
-        Ok(rec.state == crate::PowerState::Stopped)
+        Ok(rec.state == PowerState::Stopped)
     }
 }
 

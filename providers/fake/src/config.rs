@@ -419,6 +419,24 @@ impl FakeConfig {
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let zones = self.validate_zones()?;
+        self.validate_instance_types()?;
+        let lb_cidr = Cidr::parse(&self.load_balancer_cidr)
+            .map_err(|m| ConfigError::invalid("loadBalancerCIDR", m))?;
+        self.validate_cluster()?;
+        self.validate_admin_address()?;
+        self.validate_volumes(&zones)?;
+        self.validate_faults()?;
+        self.validate_instances(&zones)?;
+        self.validate_load_balancers()?;
+        self.load_balancer_ips(&mut IpPool::new(lb_cidr))?;
+        self.validate_routes()?;
+        Ok(())
+    }
+
+    /// Validates the region and the zones (at least one, none empty, no duplicates) and returns the zones
+    /// in effect.
+    fn validate_zones(&self) -> Result<Vec<String>, ConfigError> {
         if self.region.trim().is_empty() {
             return Err(ConfigError::invalid("region", "must not be empty"));
         }
@@ -444,6 +462,11 @@ impl FakeConfig {
                 ));
             }
         }
+        Ok(zones)
+    }
+
+    /// Validates the instance types: at least one, and the default among them.
+    fn validate_instance_types(&self) -> Result<(), ConfigError> {
         if self.instance_types.is_empty() {
             return Err(ConfigError::invalid(
                 "instanceTypes",
@@ -461,8 +484,11 @@ impl FakeConfig {
                 ),
             ));
         }
-        let lb_cidr = Cidr::parse(&self.load_balancer_cidr)
-            .map_err(|m| ConfigError::invalid("loadBalancerCIDR", m))?;
+        Ok(())
+    }
+
+    /// Validates the cluster's identity: the cluster ID (when given) and the cluster name are not empty.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
         if let Some(id) = &self.cluster_id
             && id.trim().is_empty()
         {
@@ -474,6 +500,11 @@ impl FakeConfig {
         if self.cluster_name.trim().is_empty() {
             return Err(ConfigError::invalid("clusterName", "must not be empty"));
         }
+        Ok(())
+    }
+
+    /// Validates the admin API's address: loopback only.
+    fn validate_admin_address(&self) -> Result<(), ConfigError> {
         if let Some(addr) = self.admin_address
             && !addr.ip().is_loopback()
         {
@@ -482,6 +513,11 @@ impl FakeConfig {
                 format!("{addr} is not a loopback address (use 127.0.0.1 or [::1])"),
             ));
         }
+        Ok(())
+    }
+
+    /// Validates the CSI driver name and the declared volumes: unique, non-empty names in configured zones.
+    fn validate_volumes(&self, zones: &[String]) -> Result<(), ConfigError> {
         if self.csi_driver.trim().is_empty() {
             return Err(ConfigError::invalid("csiDriver", "must not be empty"));
         }
@@ -499,16 +535,26 @@ impl FakeConfig {
                     format!("duplicate volume {:?}", v.name),
                 ));
             }
-            check_zone(&zones, &v.zone, &format!("volumes[{i}].zone"))?;
+            check_zone(zones, &v.zone, &format!("volumes[{i}].zone"))?;
         }
+        Ok(())
+    }
+
+    /// Validates the configured faults by the rules of the control surface.
+    fn validate_faults(&self) -> Result<(), ConfigError> {
         for (op, spec) in &self.faults {
             validate_fault(op, spec)
                 .map_err(|m| ConfigError::invalid(format!("faults.{op}"), m))?;
         }
+        Ok(())
+    }
+
+    /// Validates the declared instances, each on its own and then for unique names and instance IDs.
+    fn validate_instances(&self, zones: &[String]) -> Result<(), ConfigError> {
         let mut names = BTreeSet::new();
         let mut ids = BTreeSet::new();
         for (i, inst) in self.instances.iter().enumerate() {
-            let id = self.validate_instance(inst, &zones, &format!("instances[{i}]"))?;
+            let id = self.validate_instance(inst, zones, &format!("instances[{i}]"))?;
             if !names.insert(inst.name.clone()) {
                 return Err(ConfigError::invalid(
                     format!("instances[{i}].name"),
@@ -522,9 +568,6 @@ impl FakeConfig {
                 ));
             }
         }
-        self.validate_load_balancers()?;
-        self.load_balancer_ips(&mut IpPool::new(lb_cidr))?;
-        self.validate_routes()?;
         Ok(())
     }
 
@@ -716,7 +759,7 @@ impl FakeConfig {
     /// name as the name hint.
     pub(crate) fn route_name(&self, route: &RouteConfig) -> String {
         route.name.clone().unwrap_or_else(|| {
-            crate::state::route_name(
+            route_name(
                 self.route_cluster(route),
                 &route.target_node,
                 &route.destination_cidr,
@@ -833,6 +876,15 @@ fn check_zone(zones: &[String], zone: &str, field: &str) -> Result<(), ConfigErr
             format!("{zone:?} is not a configured zone ({})", zones.join(", ")),
         ))
     }
+}
+
+/// The name `create_route` gives a route: `<cluster>-<name hint>-<destination>`, the destination with `.`,
+/// `:` and `/` as `-`.
+pub(crate) fn route_name(cluster: &str, name_hint: &str, destination_cidr: &str) -> String {
+    format!(
+        "{cluster}-{name_hint}-{}",
+        destination_cidr.replace(['.', ':', '/'], "-")
+    )
 }
 
 #[cfg(test)]

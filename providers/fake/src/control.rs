@@ -1,29 +1,14 @@
-//! [`FakeControl`]: the in-process control surface of a [`FakeCloud`](crate::FakeCloud), the same
+//! [`FakeControl`]: the in-process control surface of a `FakeCloud`, the same
 //! operations the admin HTTP API offers.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::cloud::Shared;
 use crate::config::{FakeConfig, InstanceConfig};
 use crate::faults::FaultSpec;
-use crate::state::{CloudSnapshot, InstanceRecord, LoadBalancerRecord, RouteRecord};
-
-/// Why a control operation was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ControlError {
-    /// The named instance (or other object) does not exist or is terminated.
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// An instance with this name or ID already exists.
-    #[error("already exists: {0}")]
-    AlreadyExists(String),
-    /// The request is malformed (unknown operation, bad rate, bad instance definition, ...).
-    #[error("invalid request: {0}")]
-    Invalid(String),
-}
+use crate::shared::Shared;
+use crate::state::{CloudSnapshot, ControlError, InstanceRecord, LoadBalancerRecord, RouteRecord};
 
 /// A cloneable handle controlling a fake cloud from the same process.
 ///

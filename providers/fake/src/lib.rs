@@ -24,6 +24,9 @@
 //!
 //! All state sits behind one mutex and every listing is sorted, so the cloud is thread-safe and deterministic.
 //!
+//! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `state` → `config` → `faults`,
+//! `pool` (a module uses only those to its right).
+//!
 //! ```
 //! use cloud_provider::Registry;
 //!
@@ -41,6 +44,7 @@ mod config;
 mod control;
 mod faults;
 mod pool;
+mod shared;
 mod state;
 
 use std::sync::Arc;
@@ -54,11 +58,12 @@ pub use config::{
     DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,
     LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig, VolumeConfig,
 };
-pub use control::{ControlError, FakeControl};
+pub use control::FakeControl;
 pub use faults::{ALL_OPERATIONS, FaultKind, FaultSpec, NOT_FOUND_OPERATIONS, OPERATIONS};
 pub use pool::{Cidr, IpPool, PoolError};
 pub use state::{
-    CloudSnapshot, InstanceRecord, LoadBalancerPort, LoadBalancerRecord, PowerState, RouteRecord,
+    CloudSnapshot, ControlError, InstanceRecord, LoadBalancerPort, LoadBalancerRecord, PowerState,
+    RouteRecord,
 };
 
 /// Registers the fake cloud under the name `fake`, or fails if that name is taken.

@@ -13,12 +13,26 @@ use k8s_openapi::api::core::v1::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    AddressConfig, FakeConfig, InitialState, InstanceConfig, LoadBalancerConfig,
-    LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig,
+    AddressConfig, ConfigError, FakeConfig, InitialState, InstanceConfig, LoadBalancerConfig,
+    LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig, route_name,
 };
-use crate::control::ControlError;
 use crate::faults::{ALL_OPERATIONS, FaultKind, FaultSpec, Rng, stable_hash, validate_fault};
 use crate::pool::{Cidr, IpPool};
+
+/// Why a control operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The named instance (or other object) does not exist or is terminated.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// An instance with this name or ID already exists.
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The request is malformed (unknown operation, bad rate, bad instance definition, ...).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
 
 /// Whether an instance is running or shut down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,9 +241,9 @@ fn parse_fake_id(provider_id: &str) -> Result<String, CloudError> {
 
 impl State {
     /// Builds the initial state from a validated config.
-    pub(crate) fn new(cfg: &FakeConfig) -> Result<Self, crate::ConfigError> {
+    pub(crate) fn new(cfg: &FakeConfig) -> Result<Self, ConfigError> {
         let cidr = Cidr::parse(&cfg.load_balancer_cidr)
-            .map_err(|m| crate::ConfigError::invalid("loadBalancerCIDR", m))?;
+            .map_err(|m| ConfigError::invalid("loadBalancerCIDR", m))?;
         let mut st = State {
             instances: BTreeMap::new(),
             by_name: BTreeMap::new(),
@@ -246,9 +260,8 @@ impl State {
             seed: cfg.seed,
         };
         for (i, inst) in cfg.instances.iter().enumerate() {
-            st.add_instance(cfg, inst.clone()).map_err(|e| {
-                crate::ConfigError::invalid(format!("instances[{i}]"), e.to_string())
-            })?;
+            st.add_instance(cfg, inst.clone())
+                .map_err(|e| ConfigError::invalid(format!("instances[{i}]"), e.to_string()))?;
         }
         let ips = cfg.load_balancer_ips(&mut st.pool)?;
         // One shared list per declared node set.
@@ -1147,15 +1160,6 @@ fn shared_node_sets<'a>(
 /// The address of a shared backend list, which identifies it while the records are borrowed.
 fn list_address(nodes: &Arc<[String]>) -> usize {
     Arc::as_ptr(nodes).cast::<String>().addr()
-}
-
-/// The name `create_route` gives a route: `<cluster>-<name hint>-<destination>`, the destination with `.`,
-/// `:` and `/` as `-`.
-pub(crate) fn route_name(cluster: &str, name_hint: &str, destination_cidr: &str) -> String {
-    format!(
-        "{cluster}-{name_hint}-{}",
-        destination_cidr.replace(['.', ':', '/'], "-")
-    )
 }
 
 /// The addresses an auto-discovered instance reports: the kubelet's and, with `discoveredExternalIPs`, an

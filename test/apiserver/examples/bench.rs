@@ -86,17 +86,32 @@ where
     Ok(start.elapsed())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let objects = args.first().copied().unwrap_or(100_000);
-    let concurrency = args.get(1).copied().unwrap_or(32);
-    let updates = args.get(2).copied().unwrap_or(50_000);
+/// The command line: `[objects] [concurrency] [updates]`.
+struct Args {
+    /// Nodes to create (default 100,000).
+    objects: u64,
+    /// Concurrent clients (default 32).
+    concurrency: u64,
+    /// Merge patches to send (default 50,000).
+    updates: u64,
+}
 
-    let rss_before = rss_mib();
+impl Args {
+    fn from_env() -> Self {
+        let args: Vec<u64> = std::env::args()
+            .skip(1)
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        Args {
+            objects: args.first().copied().unwrap_or(100_000),
+            concurrency: args.get(1).copied().unwrap_or(32),
+            updates: args.get(2).copied().unwrap_or(50_000),
+        }
+    }
+}
+
+/// Starts the server (no request log) and a client that does not retry.
+async fn start_server() -> anyhow::Result<(TestApiServer, kube::Client)> {
     let server = TestApiServer::builder()
         .request_log_capacity(0)
         .history_window(10_000)
@@ -106,47 +121,79 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = server.client_config()?;
     cfg.default_retry = false;
     let client = kube::Client::try_from(cfg)?;
+    Ok((server, client))
+}
 
-    // A watch follows every change while the writers run.
-    let seen = Arc::new(AtomicU64::new(0));
-    let watch_seen = seen.clone();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let mut stream = nodes
-        .watch(&WatchParams::default().timeout(3600), "0")
-        .await?
-        .boxed();
-    let watcher = tokio::spawn(async move {
-        while let Some(ev) = stream.next().await {
-            if matches!(
-                ev,
-                Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_))
-            ) {
-                watch_seen.fetch_add(1, Ordering::Relaxed);
+/// A watch on Nodes counting every change while the writers run.
+struct NodeWatch {
+    seen: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeWatch {
+    async fn start(client: &kube::Client) -> anyhow::Result<Self> {
+        let seen = Arc::new(AtomicU64::new(0));
+        let watch_seen = seen.clone();
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut stream = nodes
+            .watch(&WatchParams::default().timeout(3600), "0")
+            .await?
+            .boxed();
+        let task = tokio::spawn(async move {
+            while let Some(ev) = stream.next().await {
+                if matches!(
+                    ev,
+                    Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_))
+                ) {
+                    watch_seen.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        }
-    });
+        });
+        Ok(NodeWatch { seen, task })
+    }
 
-    let body = |i: u64| {
-        serde_json::to_vec(&serde_json::json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": format!("node-{i:06}"), "labels": {"bench": "true", "zone": format!("zone-{}", i % 3)}},
-            "spec": {"providerID": format!("fake://node-{i:06}")},
-            "status": {"addresses": [{"type": "InternalIP", "address": format!("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255)}]}
-        }))
-        .unwrap_or_default()
-    };
-    let create = run(&client, objects, concurrency, 201, move |i| {
+    /// The changes seen so far.
+    fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `expected` changes were seen, or `timeout` passed.
+    async fn wait_for(&self, expected: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.seen() < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The JSON of Node number `i`: labels, a provider ID and an internal address.
+fn node_body(i: u64) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": format!("node-{i:06}"), "labels": {"bench": "true", "zone": format!("zone-{}", i % 3)}},
+        "spec": {"providerID": format!("fake://node-{i:06}")},
+        "status": {"addresses": [{"type": "InternalIP", "address": format!("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255)}]}
+    }))
+    .unwrap_or_default()
+}
+
+/// Creates the Nodes; returns the elapsed time.
+async fn create_nodes(client: &kube::Client, args: &Args) -> anyhow::Result<Duration> {
+    run(client, args.objects, args.concurrency, 201, move |i| {
         (
             "POST",
             "/api/v1/nodes".to_string(),
             "application/json",
-            body(i),
+            node_body(i),
         )
     })
-    .await?;
-    let rss_loaded = rss_mib();
+    .await
+}
 
-    let update = run(&client, updates, concurrency, 200, move |i| {
+/// Merge-patches a label onto Nodes spread over all of them; returns the elapsed time.
+async fn patch_nodes(client: &kube::Client, args: &Args) -> anyhow::Result<Duration> {
+    let objects = args.objects;
+    run(client, args.updates, args.concurrency, 200, move |i| {
         let n = (i * 7919) % objects;
         let patch = format!(r#"{{"metadata":{{"labels":{{"round":"{i}"}}}}}}"#).into_bytes();
         (
@@ -156,22 +203,65 @@ async fn main() -> anyhow::Result<()> {
             patch,
         )
     })
-    .await?;
+    .await
+}
 
+/// How long the three kinds of LIST took, and how much they answered.
+struct ListTimings {
+    /// One LIST of every Node.
+    all: Duration,
+    /// Its body's size in bytes.
+    all_bytes: usize,
+    /// Every Node in pages of 500.
+    paged: Duration,
+    /// How many pages.
+    pages: u64,
+    /// A LIST with a label selector (a third of the Nodes).
+    selected: Duration,
+    /// Its body's size in bytes.
+    selected_bytes: usize,
+}
+
+/// Times a full LIST, a paged LIST and a LIST with a label selector.
+async fn measure_lists(client: &kube::Client) -> anyhow::Result<ListTimings> {
     let t = Instant::now();
     let (code, full) = send(
-        &client,
+        client,
         "GET",
         "/api/v1/nodes",
         "application/json",
         Vec::new(),
     )
     .await?;
-    let list_all = t.elapsed();
+    let all = t.elapsed();
     if code != 200 {
         bail!("list failed: {code}");
     }
     let t = Instant::now();
+    let pages = list_in_pages(client).await?;
+    let paged = t.elapsed();
+    let t = Instant::now();
+    let (_, selected_body) = send(
+        client,
+        "GET",
+        "/api/v1/nodes?labelSelector=zone%3Dzone-1",
+        "application/json",
+        Vec::new(),
+    )
+    .await?;
+    let selected = t.elapsed();
+    Ok(ListTimings {
+        all,
+        all_bytes: full.len(),
+        paged,
+        pages,
+        selected,
+        selected_bytes: selected_body.len(),
+    })
+}
+
+/// Lists every Node in pages of 500, following the continue tokens; returns the number of pages.
+async fn list_in_pages(client: &kube::Client) -> anyhow::Result<u64> {
     let mut pages = 0;
     let mut token = String::new();
     loop {
@@ -180,7 +270,7 @@ async fn main() -> anyhow::Result<()> {
         } else {
             format!("/api/v1/nodes?limit=500&continue={token}")
         };
-        let (_, page) = send(&client, "GET", &path, "application/json", Vec::new()).await?;
+        let (_, page) = send(client, "GET", &path, "application/json", Vec::new()).await?;
         let v: serde_json::Value = serde_json::from_slice(&page)?;
         pages += 1;
         match v["metadata"]["continue"].as_str() {
@@ -188,60 +278,94 @@ async fn main() -> anyhow::Result<()> {
             _ => break,
         }
     }
-    let paged = t.elapsed();
-    let t = Instant::now();
-    let (_, selected) = send(
-        &client,
-        "GET",
-        "/api/v1/nodes?labelSelector=zone%3Dzone-1",
-        "application/json",
-        Vec::new(),
-    )
-    .await?;
-    let select = t.elapsed();
+    Ok(pages)
+}
 
-    let expected_events = objects + updates;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seen.load(Ordering::Relaxed) < expected_events && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// The figures of a run, printed as a Markdown table.
+struct Report<'a> {
+    args: &'a Args,
+    create: Duration,
+    update: Duration,
+    lists: ListTimings,
+    events_seen: u64,
+    rss_before: f64,
+    rss_loaded: f64,
+    rss_end: f64,
+}
+
+impl Report<'_> {
+    fn print(&self) {
+        let Args {
+            objects,
+            concurrency,
+            updates,
+        } = *self.args;
+        let (create, update, lists) = (self.create, self.update, &self.lists);
+        let expected_events = objects + updates;
+        println!("| measurement | value |");
+        println!("|---|---|");
+        println!("| objects created | {objects} ({concurrency} concurrent clients, HTTPS/1.1) |");
+        println!(
+            "| create throughput | {:.0} writes/s ({:.1} s) |",
+            objects as f64 / create.as_secs_f64(),
+            create.as_secs_f64()
+        );
+        println!(
+            "| merge-patch throughput | {:.0} writes/s ({updates} patches, {:.1} s) |",
+            updates as f64 / update.as_secs_f64(),
+            update.as_secs_f64()
+        );
+        println!(
+            "| LIST of all objects | {:.0} ms ({:.1} MiB body) |",
+            lists.all.as_secs_f64() * 1000.0,
+            lists.all_bytes as f64 / 1048576.0
+        );
+        println!(
+            "| paged LIST (limit=500) | {:.0} ms ({} pages) |",
+            lists.paged.as_secs_f64() * 1000.0,
+            lists.pages
+        );
+        println!(
+            "| LIST with label selector | {:.0} ms ({:.1} MiB body) |",
+            lists.selected.as_secs_f64() * 1000.0,
+            lists.selected_bytes as f64 / 1048576.0
+        );
+        println!(
+            "| watch events received | {} of {expected_events} |",
+            self.events_seen
+        );
+        println!("| process RSS before start | {:.0} MiB |", self.rss_before);
+        println!("| process RSS after creates | {:.0} MiB |", self.rss_loaded);
+        println!("| process RSS at the end | {:.0} MiB |", self.rss_end);
     }
-    let rss_end = rss_mib();
-    watcher.abort();
+}
 
-    println!("| measurement | value |");
-    println!("|---|---|");
-    println!("| objects created | {objects} ({concurrency} concurrent clients, HTTPS/1.1) |");
-    println!(
-        "| create throughput | {:.0} writes/s ({:.1} s) |",
-        objects as f64 / create.as_secs_f64(),
-        create.as_secs_f64()
-    );
-    println!(
-        "| merge-patch throughput | {:.0} writes/s ({updates} patches, {:.1} s) |",
-        updates as f64 / update.as_secs_f64(),
-        update.as_secs_f64()
-    );
-    println!(
-        "| LIST of all objects | {:.0} ms ({:.1} MiB body) |",
-        list_all.as_secs_f64() * 1000.0,
-        full.len() as f64 / 1048576.0
-    );
-    println!(
-        "| paged LIST (limit=500) | {:.0} ms ({pages} pages) |",
-        paged.as_secs_f64() * 1000.0
-    );
-    println!(
-        "| LIST with label selector | {:.0} ms ({:.1} MiB body) |",
-        select.as_secs_f64() * 1000.0,
-        selected.len() as f64 / 1048576.0
-    );
-    println!(
-        "| watch events received | {} of {expected_events} |",
-        seen.load(Ordering::Relaxed)
-    );
-    println!("| process RSS before start | {rss_before:.0} MiB |");
-    println!("| process RSS after creates | {rss_loaded:.0} MiB |");
-    println!("| process RSS at the end | {rss_end:.0} MiB |");
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::from_env();
+    let rss_before = rss_mib();
+    let (server, client) = start_server().await?;
+    let watch = NodeWatch::start(&client).await?;
+    let create = create_nodes(&client, &args).await?;
+    let rss_loaded = rss_mib();
+    let update = patch_nodes(&client, &args).await?;
+    let lists = measure_lists(&client).await?;
+    watch
+        .wait_for(args.objects + args.updates, Duration::from_secs(60))
+        .await;
+    let rss_end = rss_mib();
+    watch.task.abort();
+    Report {
+        args: &args,
+        create,
+        update,
+        lists,
+        events_seen: watch.seen(),
+        rss_before,
+        rss_loaded,
+        rss_end,
+    }
+    .print();
     server.shutdown().await;
     Ok(())
 }

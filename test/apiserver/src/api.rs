@@ -21,7 +21,7 @@ use crate::resources::{Backing, ResourceDef, Storage, SubresourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::State;
 use crate::service;
-use crate::store::{ObjKey, Stored, Txn};
+use crate::store::{ObjKey, ReadView, Stored, Txn};
 use crate::strategy;
 use crate::table::Representation;
 use crate::validation;
@@ -429,69 +429,27 @@ fn parse_rv_param(s: &str) -> Result<u64, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("invalid resource version {}", quote(s))))
 }
 
-/// LIST.
+/// Why a continue token older than the compaction mark is refused (the real server's words).
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// LIST: checks the list options, waits for the requested resource version, then reads one page
+/// from the store.
 pub(crate) async fn list(state: &State, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
     let def = req.def;
-    let s = storage_of(def)?;
+    let storage = storage_of(def)?;
     let q = req.query;
     let filter = Filter::from_query(def, req.namespace.clone(), q)?;
     let rv_param = q.get("resourceVersion").unwrap_or("");
     let rvm = q.get("resourceVersionMatch").unwrap_or("");
-    if !rvm.is_empty() {
-        if rv_param.is_empty() {
-            return Err(ApiError::invalid_options(
-                "ListOptions",
-                &[FieldError::forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
-                )],
-            ));
-        }
-        if rvm != "Exact" && rvm != "NotOlderThan" {
-            return Err(ApiError::invalid_options(
-                "ListOptions",
-                &[FieldError::not_supported(
-                    "resourceVersionMatch",
-                    rvm,
-                    &["Exact", "NotOlderThan"],
-                )],
-            ));
-        }
-        if rvm == "Exact" && rv_param == "0" {
-            return Err(ApiError::invalid_options(
-                "ListOptions",
-                &[FieldError::forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-                )],
-            ));
-        }
-    }
+    check_resource_version_match(rv_param, rvm)?;
     let cont = q.get("continue").filter(|c| !c.is_empty());
     if cont.is_some() && !rv_param.is_empty() {
         return Err(ApiError::bad_request(
             "specifying resource version is not allowed when using continue",
         ));
     }
-    let mut limit = match q.get("limit").filter(|l| !l.is_empty()) {
-        Some(l) => l
-            .parse::<i64>()
-            .map_err(|_| ApiError::bad_request(format!("invalid limit {}", quote(l))))?,
-        None => 0,
-    };
-    if rv_param == "0" {
-        limit = 0;
-    }
-    if !rv_param.is_empty() && rv_param != "0" {
-        let n = parse_rv_param(rv_param)?;
-        wait_for_rv(state, n).await?;
-        let cur = state.store.current_rv();
-        if rvm == "Exact" && n < cur {
-            return Err(ApiError::expired(format!(
-                "too old resource version: {n} ({cur})"
-            )));
-        }
-    }
+    let limit = list_limit(q, rv_param)?;
+    wait_for_list_rv(state, rv_param, rvm).await?;
     let scoped_ns = if def.namespaced {
         req.namespace.as_deref()
     } else {
@@ -502,89 +460,232 @@ pub(crate) async fn list(state: &State, req: &ApiRequest<'_>) -> Result<Reply, A
         .as_ref()
         .map(|t| parse_rel_key(def, scoped_ns, &t.start))
         .transpose()?;
-    let name_only = filter
-        .fields
-        .required_value("metadata.name")
-        .map(str::to_string);
-
+    let scan = ListScan {
+        def,
+        storage,
+        filter: &filter,
+        scoped_ns,
+        start,
+        limit,
+        name_only: filter
+            .fields
+            .required_value("metadata.name")
+            .map(str::to_string),
+    };
     state.store.read(|r| {
         if let Some(t) = &token
             && t.rv < r.compacted()
         {
-            return Err(ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-            ));
+            return Err(ApiError::expired(CONTINUE_EXPIRED));
         }
         let list_rv = token.as_ref().map_or(r.rv(), |t| t.rv);
-        let mut items: Vec<u8> = Vec::with_capacity(1024);
-        let mut count: i64 = 0;
-        let mut last: Option<ObjKey> = None;
-        let mut more = false;
-        let mut remaining: u64 = 0;
-        let mut push = |key: &ObjKey, obj: &Stored, items: &mut Vec<u8>| {
-            if !items.is_empty() {
-                items.push(b',');
-            }
-            items.extend_from_slice(&view_item(def, obj));
-            last = Some(key.clone());
+        let page = scan.read(r);
+        Ok(Reply::Json(200, scan.body(list_rv, &page)))
+    })
+}
+
+/// Checks `resourceVersionMatch`: only with a `resourceVersion`, only `Exact` or `NotOlderThan`, and
+/// not `Exact` for resource version 0.
+fn check_resource_version_match(rv_param: &str, rvm: &str) -> Result<(), ApiError> {
+    if rvm.is_empty() {
+        return Ok(());
+    }
+    if rv_param.is_empty() {
+        return Err(ApiError::invalid_options(
+            "ListOptions",
+            &[FieldError::forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            )],
+        ));
+    }
+    if rvm != "Exact" && rvm != "NotOlderThan" {
+        return Err(ApiError::invalid_options(
+            "ListOptions",
+            &[FieldError::not_supported(
+                "resourceVersionMatch",
+                rvm,
+                &["Exact", "NotOlderThan"],
+            )],
+        ));
+    }
+    if rvm == "Exact" && rv_param == "0" {
+        return Err(ApiError::invalid_options(
+            "ListOptions",
+            &[FieldError::forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            )],
+        ));
+    }
+    Ok(())
+}
+
+/// The page size a LIST asks for (0: everything); `resourceVersion=0` ignores it, as the real server's
+/// cache does.
+fn list_limit(q: &Query, rv_param: &str) -> Result<i64, ApiError> {
+    let limit = match q.get("limit").filter(|l| !l.is_empty()) {
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit {}", quote(l))))?,
+        None => 0,
+    };
+    Ok(if rv_param == "0" { 0 } else { limit })
+}
+
+/// Waits until the store has the resource version a LIST names (other than 0); with `Exact`, one
+/// older than the current one has expired.
+async fn wait_for_list_rv(state: &State, rv_param: &str, rvm: &str) -> Result<(), ApiError> {
+    if rv_param.is_empty() || rv_param == "0" {
+        return Ok(());
+    }
+    let n = parse_rv_param(rv_param)?;
+    wait_for_rv(state, n).await?;
+    let cur = state.store.current_rv();
+    if rvm == "Exact" && n < cur {
+        return Err(ApiError::expired(format!(
+            "too old resource version: {n} ({cur})"
+        )));
+    }
+    Ok(())
+}
+
+/// What one LIST page reads: which objects, from where, and how many.
+struct ListScan<'a> {
+    def: &'static ResourceDef,
+    storage: Storage,
+    filter: &'a Filter,
+    /// The namespace of a list in one namespace (`None` across namespaces or for cluster-scoped
+    /// resources).
+    scoped_ns: Option<&'a str>,
+    /// The key a continued list resumes after.
+    start: Option<ObjKey>,
+    /// The page size (0: everything).
+    limit: i64,
+    /// The name a `metadata.name=` field selector requires.
+    name_only: Option<String>,
+}
+
+/// The objects of a LIST page, and what its continue token needs.
+#[derive(Default)]
+struct ListPage {
+    /// The items' JSON, comma-separated.
+    items: Vec<u8>,
+    /// The key of the last item.
+    last: Option<ObjKey>,
+    /// More objects match after the page.
+    more: bool,
+    /// How many (counted only without selectors).
+    remaining: u64,
+}
+
+impl ListPage {
+    fn push(&mut self, def: &ResourceDef, key: &ObjKey, obj: &Stored) {
+        if !self.items.is_empty() {
+            self.items.push(b',');
+        }
+        self.items.extend_from_slice(&view_item(def, obj));
+        self.last = Some(key.clone());
+    }
+}
+
+impl ListScan<'_> {
+    /// Reads the page from a view of the store.
+    fn read(&self, r: &ReadView<'_>) -> ListPage {
+        let mut page = ListPage {
+            items: Vec::with_capacity(1024),
+            ..ListPage::default()
         };
-        // A name-only field selector on a scoped list is a direct lookup.
-        let direct = match (&name_only, scoped_ns, def.namespaced, &start) {
+        match self.direct_key() {
+            Some(k) => self.look_up(r, &k, &mut page),
+            None => self.scan(r, &mut page),
+        }
+        page
+    }
+
+    /// The key a name-only field selector on a scoped list names: such a list is a direct lookup.
+    fn direct_key(&self) -> Option<ObjKey> {
+        match (
+            &self.name_only,
+            self.scoped_ns,
+            self.def.namespaced,
+            &self.start,
+        ) {
             (Some(n), Some(ns), true, None) => Some((ns.to_string(), n.clone())),
             (Some(n), _, false, None) => Some((String::new(), n.clone())),
             _ => None,
+        }
+    }
+
+    /// The page of a direct lookup: the object at `k`, if it passes the filter.
+    fn look_up(&self, r: &ReadView<'_>, k: &ObjKey, page: &mut ListPage) {
+        if let Some((key, obj)) = r
+            .range_from(self.storage, std::ops::Bound::Included(k))
+            .next()
+            && key == k
+            && self.filter.matches(key, obj)
+        {
+            page.push(self.def, key, obj);
+        }
+    }
+
+    /// The page of a scan in key order from the continue point (or the namespace's first key), up to
+    /// the limit; past it, the rest is counted without selectors, and not read with them.
+    fn scan(&self, r: &ReadView<'_>, page: &mut ListPage) {
+        let lower = match (&self.start, self.scoped_ns) {
+            (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
+            (None, Some(ns)) => std::ops::Bound::Included((ns.to_string(), String::new())),
+            (None, None) => std::ops::Bound::Unbounded,
         };
-        if let Some(k) = direct {
-            if let Some((key, obj)) = r.range_from(s, std::ops::Bound::Included(&k)).next()
-                && *key == k
-                && filter.matches(key, obj)
+        let mut count: i64 = 0;
+        for (key, obj) in r.range_from(self.storage, lower.as_ref()) {
+            if let Some(ns) = self.scoped_ns
+                && key.0 != ns
             {
-                push(key, obj, &mut items);
+                break;
             }
-        } else {
-            let lower = match (&start, scoped_ns) {
-                (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
-                (None, Some(ns)) => std::ops::Bound::Included((ns.to_string(), String::new())),
-                (None, None) => std::ops::Bound::Unbounded,
-            };
-            let iter = r.range_from(s, lower.as_ref());
-            for (key, obj) in iter {
-                if let Some(ns) = scoped_ns
-                    && key.0 != ns
-                {
+            if !self.filter.matches(key, obj) {
+                continue;
+            }
+            if self.limit > 0 && count >= self.limit {
+                page.more = true;
+                if self.filter.selects() {
                     break;
                 }
-                if !filter.matches(key, obj) {
-                    continue;
-                }
-                if limit > 0 && count >= limit {
-                    more = true;
-                    if filter.selects() {
-                        break;
-                    }
-                    remaining += 1;
-                    continue;
-                }
-                push(key, obj, &mut items);
-                count += 1;
+                page.remaining += 1;
+                continue;
             }
+            page.push(self.def, key, obj);
+            count += 1;
         }
+    }
+
+    /// The list's JSON: kind, apiVersion, metadata (resourceVersion, and for a partial page the
+    /// continue token and, without selectors, the remaining item count) and the items.
+    fn body(&self, list_rv: u64, page: &ListPage) -> Vec<u8> {
+        let def = self.def;
         let mut meta = Map::new();
         meta.insert("resourceVersion".into(), json!(list_rv.to_string()));
-        if more && let Some(k) = &last {
-            meta.insert("continue".into(), json!(encode_continue(list_rv, &rel_key(def, scoped_ns, k))));
-            if !filter.selects() {
-                meta.insert("remainingItemCount".into(), json!(remaining));
+        if page.more
+            && let Some(k) = &page.last
+        {
+            meta.insert(
+                "continue".into(),
+                json!(encode_continue(list_rv, &rel_key(def, self.scoped_ns, k))),
+            );
+            if !self.filter.selects() {
+                meta.insert("remainingItemCount".into(), json!(page.remaining));
             }
         }
-        let head = json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta});
+        let head =
+            json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta});
         let mut out = serde_json::to_vec(&head).unwrap_or_default();
         out.pop();
         out.extend_from_slice(b",\"items\":[");
-        out.extend_from_slice(&items);
+        out.extend_from_slice(&page.items);
         out.extend_from_slice(b"]}");
-        Ok(Reply::Json(200, out))
-    })
+        out
+    }
 }
 
 /// Prepares a WATCH.
@@ -838,7 +939,34 @@ pub(crate) fn create_token(
     sub: &SubresourceDef,
 ) -> Result<Reply, ApiError> {
     check_create_content_type(req)?;
-    let body: Value = serde_json::from_slice(&req.body).map_err(|e| {
+    let body = decode_token_request(&req.body, sub)?;
+    let name = req.name().to_string();
+    let Some(account) = state.store.get(Storage::ServiceAccounts, &req.key()) else {
+        return Err(ApiError::not_found(req.def, &name));
+    };
+    let spec = &body["spec"];
+    if !spec["boundObjectRef"].is_null() {
+        return Err(ApiError::bad_request(
+            "spec.boundObjectRef: this server does not issue object-bound tokens",
+        ));
+    }
+    let expiration_seconds = token_expiration(state, spec, sub, &name)?;
+    let grant = TokenGrant {
+        audiences: token_audiences(spec),
+        namespace: req.ns().to_string(),
+        service_account: name,
+        uid: account.uid.to_string(),
+        expiration_seconds,
+        issued_at: jiff::Timestamp::now().as_second(),
+    };
+    let token = grant.issue(state);
+    Ok(json_reply(201, &grant.reply(sub, &token)))
+}
+
+/// Decodes a TokenRequest body: a JSON object whose kind and apiVersion, when given, are the
+/// subresource's, and whose fields have the TokenRequest types.
+fn decode_token_request(body: &[u8], sub: &SubresourceDef) -> Result<Value, ApiError> {
+    let body: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
             "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: {e}",
             sub.kind
@@ -872,16 +1000,17 @@ pub(crate) fn create_token(
             sub.kind
         )));
     }
-    let name = req.name().to_string();
-    let Some(account) = state.store.get(Storage::ServiceAccounts, &req.key()) else {
-        return Err(ApiError::not_found(req.def, &name));
-    };
-    let spec = &body["spec"];
-    if !spec["boundObjectRef"].is_null() {
-        return Err(ApiError::bad_request(
-            "spec.boundObjectRef: this server does not issue object-bound tokens",
-        ));
-    }
+    Ok(body)
+}
+
+/// The lifetime a TokenRequest asks for (`spec.expirationSeconds`, one hour by default), between the
+/// server's shortest and 2^32 seconds.
+fn token_expiration(
+    state: &State,
+    spec: &Value,
+    sub: &SubresourceDef,
+    name: &str,
+) -> Result<i64, ApiError> {
     let expiration = spec["expirationSeconds"]
         .as_i64()
         .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS);
@@ -891,7 +1020,7 @@ pub(crate) fn create_token(
             &format!("{}.{}", sub.kind, sub.group),
             sub.group,
             sub.kind,
-            &name,
+            name,
             &[FieldError::invalid(
                 "spec.expirationSeconds",
                 expiration.to_string(),
@@ -910,7 +1039,12 @@ pub(crate) fn create_token(
             "may not specify a duration larger than 2^32 seconds".to_string(),
         ));
     }
-    let audiences: Vec<String> = spec["audiences"]
+    Ok(expiration)
+}
+
+/// The audiences a TokenRequest asks for (`spec.audiences`), or the API server's when none.
+fn token_audiences(spec: &Value) -> Vec<String> {
+    spec["audiences"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -918,58 +1052,87 @@ pub(crate) fn create_token(
                 .collect()
         })
         .filter(|a: &Vec<String>| !a.is_empty())
-        .unwrap_or_else(|| vec![crate::auth::DEFAULT_AUDIENCE.to_string()]);
-    let namespace = req.ns().to_string();
-    let lifetime = Duration::from_secs(u64::try_from(expiration).unwrap_or(0));
-    let issued_at = jiff::Timestamp::now().as_second();
-    let expires_at = issued_at.saturating_add(expiration);
-    let claims = json!({
-        "aud": audiences,
-        "exp": expires_at,
-        "iat": issued_at,
-        "iss": crate::auth::DEFAULT_AUDIENCE,
-        "kubernetes.io": {
-            "namespace": namespace,
-            "serviceaccount": {"name": name, "uid": &*account.uid}
-        },
-        "nbf": issued_at,
-        "sub": format!("system:serviceaccount:{namespace}:{name}")
-    });
-    let token = service_account_jwt(&claims);
-    state.auth.issue(
-        &token,
-        IssuedToken {
-            namespace: namespace.clone(),
-            service_account: name.clone(),
-            uid: account.uid.to_string(),
-            audiences: audiences.clone(),
-            expires: std::time::Instant::now() + lifetime,
-        },
-    );
-    let timestamp = |secs: i64| {
-        jiff::Timestamp::from_second(secs)
-            .map(|t| t.to_string())
-            .unwrap_or_default()
-    };
-    let reply = json!({
-        "kind": sub.kind,
-        "apiVersion": sub.api_version(),
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "creationTimestamp": timestamp(issued_at)
-        },
-        "spec": {
-            "audiences": audiences,
-            "expirationSeconds": expiration,
-            "boundObjectRef": null
-        },
-        "status": {
-            "token": token,
-            "expirationTimestamp": timestamp(expires_at)
-        }
-    });
-    Ok(json_reply(201, &reply))
+        .unwrap_or_else(|| vec![crate::auth::DEFAULT_AUDIENCE.to_string()])
+}
+
+/// A service-account token being granted: for whom, to which audiences, and for how long.
+struct TokenGrant {
+    namespace: String,
+    service_account: String,
+    /// The ServiceAccount's UID.
+    uid: String,
+    audiences: Vec<String>,
+    expiration_seconds: i64,
+    /// When it is issued, in Unix seconds.
+    issued_at: i64,
+}
+
+impl TokenGrant {
+    /// When it expires, in Unix seconds.
+    fn expires_at(&self) -> i64 {
+        self.issued_at.saturating_add(self.expiration_seconds)
+    }
+
+    /// The claims a real service-account token carries.
+    fn claims(&self) -> Value {
+        let (namespace, name) = (&self.namespace, &self.service_account);
+        json!({
+            "aud": self.audiences,
+            "exp": self.expires_at(),
+            "iat": self.issued_at,
+            "iss": crate::auth::DEFAULT_AUDIENCE,
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": name, "uid": self.uid}
+            },
+            "nbf": self.issued_at,
+            "sub": format!("system:serviceaccount:{namespace}:{name}")
+        })
+    }
+
+    /// Makes the token and registers it with the authenticator until it expires.
+    fn issue(&self, state: &State) -> String {
+        let lifetime = Duration::from_secs(u64::try_from(self.expiration_seconds).unwrap_or(0));
+        let token = service_account_jwt(&self.claims());
+        state.auth.issue(
+            &token,
+            IssuedToken {
+                namespace: self.namespace.clone(),
+                service_account: self.service_account.clone(),
+                uid: self.uid.clone(),
+                audiences: self.audiences.clone(),
+                expires: std::time::Instant::now() + lifetime,
+            },
+        );
+        token
+    }
+
+    /// The TokenRequest answered: the request's spec as granted, and the token in its status.
+    fn reply(&self, sub: &SubresourceDef, token: &str) -> Value {
+        let timestamp = |secs: i64| {
+            jiff::Timestamp::from_second(secs)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        };
+        json!({
+            "kind": sub.kind,
+            "apiVersion": sub.api_version(),
+            "metadata": {
+                "name": self.service_account,
+                "namespace": self.namespace,
+                "creationTimestamp": timestamp(self.issued_at)
+            },
+            "spec": {
+                "audiences": self.audiences,
+                "expirationSeconds": self.expiration_seconds,
+                "boundObjectRef": null
+            },
+            "status": {
+                "token": token,
+                "expirationTimestamp": timestamp(self.expires_at())
+            }
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use http::Method;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -519,6 +520,41 @@ struct FaultRequest {
     message: Option<String>,
 }
 
+impl FaultRequest {
+    /// The rule asked for: a status between 100 and 599, and at most one of `times` and `rate` (a
+    /// probability) to say how often it fires (always, without either).
+    fn into_rule(self) -> Result<FaultRule, ApiError> {
+        if !(100..=599).contains(&self.status) {
+            return Err(ApiError::bad_request(format!(
+                "invalid status {}",
+                self.status
+            )));
+        }
+        let mode = match (self.times, self.rate) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request("set at most one of times and rate"));
+            }
+            (Some(n), None) => FaultMode::Times(n),
+            (None, Some(rate)) if (0.0..=1.0).contains(&rate) => FaultMode::Rate(rate),
+            (None, Some(rate)) => {
+                return Err(ApiError::bad_request(format!(
+                    "rate {rate} is not between 0 and 1"
+                )));
+            }
+            (None, None) => FaultMode::Always,
+        };
+        Ok(FaultRule {
+            verb: self.verb,
+            resource: self.resource,
+            subresource: self.subresource,
+            status: self.status,
+            mode,
+            retry_after_seconds: self.retry_after_seconds,
+            message: self.message,
+        })
+    }
+}
+
 /// Body of `POST /_test/latency`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -544,64 +580,70 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("invalid admin request body: {e}")))
 }
 
-/// Serves `/_test/...`. Returns (status code, JSON body).
-pub(crate) fn admin(
-    controls: &Controls,
-    method: &http::Method,
-    path: &str,
-    body: &[u8],
-) -> Result<(u16, Value), ApiError> {
-    use http::Method;
-    let ok = |v: Value| Ok((200, v));
-    match (method, path) {
-        (&Method::POST, "/_test/watches/close") => {
+/// The answer of an admin endpoint: a status code and a JSON body.
+type AdminReply = Result<(u16, Value), ApiError>;
+
+fn ok(v: Value) -> AdminReply {
+    Ok((200, v))
+}
+
+fn created(v: Value) -> AdminReply {
+    Ok((201, v))
+}
+
+/// Serves `/_test/...`: each path is one family of controls, whose handler answers its methods (405
+/// for the others). Returns (status code, JSON body).
+pub(crate) fn admin(controls: &Controls, method: &Method, path: &str, body: &[u8]) -> AdminReply {
+    match path {
+        "/_test/watches/close" => admin_watches(controls, method),
+        "/_test/faults" => admin_faults(controls, method, body),
+        "/_test/latency" => admin_latency(controls, method, body),
+        "/_test/compact" => admin_compact(controls, method),
+        "/_test/counters" => admin_counters(controls, method),
+        "/_test/requests" => admin_requests(controls, method),
+        "/_test/tokens" => admin_tokens(controls, method, body),
+        "/_test/access-rules" => admin_access_rules(controls, method, body),
+        _ => Err(ApiError::unknown_resource()),
+    }
+}
+
+/// `POST /_test/watches/close`: closes every open watch, answering how many there were.
+fn admin_watches(controls: &Controls, method: &Method) -> AdminReply {
+    match *method {
+        Method::POST => {
             let open = controls.open_watches();
             controls.close_watches();
             ok(json!({"closed": open}))
         }
-        (&Method::GET, "/_test/faults") => ok(json!({"faults": controls
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `/_test/faults`: GET lists the fault rules, POST adds one ([`FaultRequest`]), DELETE removes them all.
+fn admin_faults(controls: &Controls, method: &Method, body: &[u8]) -> AdminReply {
+    match *method {
+        Method::GET => ok(json!({"faults": controls
             .faults()
             .into_iter()
             .map(|(id, r)| json!({"id": id.0, "rule": r}))
             .collect::<Vec<_>>()})),
-        (&Method::POST, "/_test/faults") => {
-            let r: FaultRequest = parse(body)?;
-            if !(100..=599).contains(&r.status) {
-                return Err(ApiError::bad_request(format!(
-                    "invalid status {}",
-                    r.status
-                )));
-            }
-            let mode = match (r.times, r.rate) {
-                (Some(_), Some(_)) => {
-                    return Err(ApiError::bad_request("set at most one of times and rate"));
-                }
-                (Some(n), None) => FaultMode::Times(n),
-                (None, Some(rate)) if (0.0..=1.0).contains(&rate) => FaultMode::Rate(rate),
-                (None, Some(rate)) => {
-                    return Err(ApiError::bad_request(format!(
-                        "rate {rate} is not between 0 and 1"
-                    )));
-                }
-                (None, None) => FaultMode::Always,
-            };
-            let rule = FaultRule {
-                verb: r.verb,
-                resource: r.resource,
-                subresource: r.subresource,
-                status: r.status,
-                mode,
-                retry_after_seconds: r.retry_after_seconds,
-                message: r.message,
-            };
+        Method::POST => {
+            let rule = parse::<FaultRequest>(body)?.into_rule()?;
             let id = controls.fail(rule);
-            Ok((201, json!({"id": id.0})))
+            created(json!({"id": id.0}))
         }
-        (&Method::DELETE, "/_test/faults") => {
+        Method::DELETE => {
             controls.clear_faults();
             ok(json!({}))
         }
-        (&Method::POST, "/_test/latency") => {
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `/_test/latency`: POST adds a latency rule ([`LatencyRequest`]), DELETE removes them all.
+fn admin_latency(controls: &Controls, method: &Method, body: &[u8]) -> AdminReply {
+    match *method {
+        Method::POST => {
             let r: LatencyRequest = parse(body)?;
             controls.add_latency(LatencyRule {
                 verb: r.verb,
@@ -609,16 +651,28 @@ pub(crate) fn admin(
                 subresource: r.subresource,
                 delay: Duration::from_millis(r.millis),
             });
-            Ok((201, json!({})))
+            created(json!({}))
         }
-        (&Method::DELETE, "/_test/latency") => {
+        Method::DELETE => {
             controls.clear_latency();
             ok(json!({}))
         }
-        (&Method::POST, "/_test/compact") => {
-            ok(json!({"resourceVersion": controls.compact().to_string()}))
-        }
-        (&Method::GET, "/_test/counters") => {
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `POST /_test/compact`: compacts the history, answering the current resourceVersion.
+fn admin_compact(controls: &Controls, method: &Method) -> AdminReply {
+    match *method {
+        Method::POST => ok(json!({"resourceVersion": controls.compact().to_string()})),
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `/_test/counters`: GET answers the request counts and open watches, DELETE resets the counts.
+fn admin_counters(controls: &Controls, method: &Method) -> AdminReply {
+    match *method {
+        Method::GET => {
             let requests: Vec<Value> = controls
                 .request_counts()
                 .into_iter()
@@ -626,41 +680,51 @@ pub(crate) fn admin(
                 .collect();
             ok(json!({"requests": requests, "openWatches": controls.open_watches()}))
         }
-        (&Method::DELETE, "/_test/counters") => {
+        Method::DELETE => {
             controls.reset_counts();
             ok(json!({}))
         }
-        (&Method::GET, "/_test/requests") => ok(json!({"requests": controls.request_log()})),
-        (&Method::DELETE, "/_test/requests") => {
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `/_test/requests`: GET answers the request log, DELETE clears it.
+fn admin_requests(controls: &Controls, method: &Method) -> AdminReply {
+    match *method {
+        Method::GET => ok(json!({"requests": controls.request_log()})),
+        Method::DELETE => {
             controls.clear_request_log();
             ok(json!({}))
         }
-        (&Method::POST, "/_test/tokens") => {
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `POST /_test/tokens`: maps a bearer token to a user ([`TokenRequest`]).
+fn admin_tokens(controls: &Controls, method: &Method, body: &[u8]) -> AdminReply {
+    match *method {
+        Method::POST => {
             let r: TokenRequest = parse(body)?;
             controls.set_token(&r.token, r.user);
-            Ok((201, json!({})))
+            created(json!({}))
         }
-        (&Method::POST, "/_test/access-rules") => {
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// `/_test/access-rules`: POST adds a SubjectAccessReview rule, DELETE removes them all.
+fn admin_access_rules(controls: &Controls, method: &Method, body: &[u8]) -> AdminReply {
+    match *method {
+        Method::POST => {
             let r: AccessRule = parse(body)?;
             controls.allow(r);
-            Ok((201, json!({})))
+            created(json!({}))
         }
-        (&Method::DELETE, "/_test/access-rules") => {
+        Method::DELETE => {
             controls.clear_access_rules();
             ok(json!({}))
         }
-        (
-            _,
-            "/_test/watches/close"
-            | "/_test/faults"
-            | "/_test/latency"
-            | "/_test/compact"
-            | "/_test/counters"
-            | "/_test/requests"
-            | "/_test/tokens"
-            | "/_test/access-rules",
-        ) => Err(ApiError::method_not_allowed()),
-        _ => Err(ApiError::unknown_resource()),
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 

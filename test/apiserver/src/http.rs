@@ -321,75 +321,148 @@ pub(crate) async fn handle(
     Ok(serve(state, req).await)
 }
 
-async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
-    let query = Query::parse(parts.uri.query());
-    let header = |h: http::header::HeaderName| {
-        parts
-            .headers
-            .get(h)
+/// The head of a request: what every handler reads besides the body.
+struct RequestHead {
+    method: Method,
+    path: String,
+    query: Query,
+    headers: http::HeaderMap,
+}
+
+impl RequestHead {
+    fn new(parts: http::request::Parts) -> Self {
+        RequestHead {
+            query: Query::parse(parts.uri.query()),
+            path: parts.uri.path().to_string(),
+            method: parts.method,
+            headers: parts.headers,
+        }
+    }
+
+    /// A header's value, when it is present and visible ASCII.
+    fn header(&self, name: http::header::HeaderName) -> Option<String> {
+        self.headers
+            .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
-    };
+    }
 
-    let public = matches!(
-        path.as_str(),
-        "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
-    );
+    /// The `User-Agent` header, empty when absent.
+    fn user_agent(&self) -> String {
+        self.header(http::header::USER_AGENT).unwrap_or_default()
+    }
+
+    /// The path's non-empty segments.
+    fn segments(&self) -> Vec<&str> {
+        self.path
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// Whether the path is served to anyone, even with authentication required or a bad token.
+    fn is_public(&self) -> bool {
+        matches!(
+            self.path.as_str(),
+            "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
+        )
+    }
+
+    /// Whether the request is for the test controls (`/_test/...`).
+    fn is_controls(&self) -> bool {
+        self.path == "/_test" || self.path.starts_with("/_test/")
+    }
+
+    /// Whether the request is `dryRun=All`.
+    fn dry_run(&self) -> bool {
+        self.query.get("dryRun") == Some("All")
+    }
+}
+
+/// Serves one request: authentication, then the health checks, the test controls, OpenAPI, discovery
+/// and finally the resources, each on its own path family.
+async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let head = RequestHead::new(parts);
+    let authn = match authenticate(&state, &head) {
+        Ok(authn) => authn,
+        Err(e) => return error_response(&e),
+    };
+    if matches!(head.path.as_str(), "/healthz" | "/livez" | "/readyz") {
+        return response(200, "text/plain; charset=utf-8", full("ok"));
+    }
+    if head.is_controls() {
+        return serve_controls(&state, &head, body).await;
+    }
+    let segs = head.segments();
+    let representation = match negotiate(&head, &segs) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    if let Some(("openapi", rest)) = segs.split_first().map(|(a, b)| (*a, b)) {
+        return openapi_response(&head.method, rest, &head.query);
+    }
+    if let Some(doc) = discovery_document(&state, &segs) {
+        return discovery_response(&head.method, &doc);
+    }
+    serve_resource(state, &head, body, &segs, &authn, representation).await
+}
+
+/// Authenticates the bearer token. A rejected token, or any caller but a known one when authentication
+/// is required, is refused with 401, except on the public paths.
+fn authenticate(state: &State, head: &RequestHead) -> Result<Authn, ApiError> {
     let lookup = |ns: &str, name: &str| state.service_account_uid(ns, name);
     let authn = state
         .auth
-        .authenticate(header(AUTHORIZATION).as_deref(), &lookup);
+        .authenticate(head.header(AUTHORIZATION).as_deref(), &lookup);
     let rejected = matches!(authn, Authn::Rejected(_))
         || (state.cfg.require_auth && !matches!(authn, Authn::Known(_)));
-    if rejected && !public {
-        return error_response(&ApiError::unauthorized());
+    if rejected && !head.is_public() {
+        return Err(ApiError::unauthorized());
     }
-    match path.as_str() {
-        "/healthz" | "/livez" | "/readyz" => {
-            return response(200, "text/plain; charset=utf-8", full("ok"));
-        }
-        _ => {}
-    }
-    if path == "/_test" || path.starts_with("/_test/") {
-        let bytes = match read_body(&state, body).await {
-            Ok(b) => b,
-            Err(e) => return error_response(&e),
-        };
-        let controls = Controls {
-            state: state.clone(),
-        };
-        return match controls::admin(&controls, &parts.method, path.trim_end_matches('/'), &bytes) {
-            Ok((code, v)) => json_response(code, serde_json::to_vec(&v).unwrap_or_default()),
-            Err(e) => error_response(&e),
-        };
-    }
-    let segs: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let accept = header(ACCEPT);
-    let is_api = matches!(segs.first(), Some(&"api" | &"apis")) && segs.len() > 2;
-    let representation = if is_api {
-        let include = match IncludeObject::parse(query.get("includeObject")) {
-            Ok(i) => i,
-            Err(e) => return error_response(&e),
-        };
-        match table::negotiate(accept.as_deref(), include) {
-            Some(r) => r,
-            None => return error_response(&ApiError::not_acceptable()),
-        }
-    } else if acceptable(accept.as_deref()) {
-        Representation::Object
-    } else {
-        return error_response(&ApiError::not_acceptable());
+    Ok(authn)
+}
+
+/// Serves `/_test/...`, the test controls (faults, latency, request counts and log, ...).
+async fn serve_controls(state: &Arc<State>, head: &RequestHead, body: Incoming) -> Response<Body> {
+    let bytes = match read_body(state, body).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
     };
-    if let Some(("openapi", rest)) = segs.split_first().map(|(a, b)| (*a, b)) {
-        return openapi_response(&parts.method, rest, &query);
+    let controls = Controls {
+        state: state.clone(),
+    };
+    match controls::admin(
+        &controls,
+        &head.method,
+        head.path.trim_end_matches('/'),
+        &bytes,
+    ) {
+        Ok((code, v)) => json_response(code, serde_json::to_vec(&v).unwrap_or_default()),
+        Err(e) => error_response(&e),
     }
-    let discovery = match segs.as_slice() {
+}
+
+/// The representation the client accepts: for resource paths as negotiated from `Accept` and
+/// `includeObject` (a Table, partial metadata or the object), elsewhere plain JSON or nothing.
+fn negotiate(head: &RequestHead, segs: &[&str]) -> Result<Representation, ApiError> {
+    let accept = head.header(ACCEPT);
+    let is_api = matches!(segs.first(), Some(&"api" | &"apis")) && segs.len() > 2;
+    if is_api {
+        let include = IncludeObject::parse(head.query.get("includeObject"))?;
+        table::negotiate(accept.as_deref(), include).ok_or_else(ApiError::not_acceptable)
+    } else if acceptable(accept.as_deref()) {
+        Ok(Representation::Object)
+    } else {
+        Err(ApiError::not_acceptable())
+    }
+}
+
+/// The discovery document of a path (the root path list, `/version`, `/api`, `/apis` and the groups and
+/// versions below them); `Null` for an unknown group or version, `None` for paths that are not discovery.
+fn discovery_document(state: &State, segs: &[&str]) -> Option<serde_json::Value> {
+    match segs {
         [] => Some(
             serde_json::json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
         ),
@@ -400,61 +473,72 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         ["apis", g] => Some(discovery::group(g).unwrap_or(serde_json::Value::Null)),
         ["apis", g, v] => Some(discovery::group_resources(g, v).unwrap_or(serde_json::Value::Null)),
         _ => None,
-    };
-    if let Some(doc) = discovery {
-        if parts.method != Method::GET {
-            return error_response(&ApiError::method_not_allowed());
+    }
+}
+
+/// Answers a discovery path: GET only, 404 for an unknown group or version.
+fn discovery_response(method: &Method, doc: &serde_json::Value) -> Response<Body> {
+    if *method != Method::GET {
+        return error_response(&ApiError::method_not_allowed());
+    }
+    if doc.is_null() {
+        return error_response(&ApiError::unknown_resource());
+    }
+    json_response(200, serde_json::to_vec(doc).unwrap_or_default())
+}
+
+impl Route {
+    /// The key the request counters, faults and latencies of the test controls use.
+    fn key(&self) -> RequestKey {
+        RequestKey {
+            verb: self.verb.to_string(),
+            resource: self.def.plural.to_string(),
+            subresource: self.subresource.clone().unwrap_or_default(),
         }
-        if doc.is_null() {
-            return error_response(&ApiError::unknown_resource());
-        }
-        return json_response(200, serde_json::to_vec(&doc).unwrap_or_default());
     }
 
-    let user_agent = || {
-        parts
-            .headers
-            .get(http::header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string()
-    };
-    let route = match route(&parts.method, &segs, &query) {
+    /// The request-log entry of this request, answered with `code`.
+    fn record(&self, head: &RequestHead, authn: &Authn, code: u16) -> RequestRecord {
+        RequestRecord {
+            verb: self.verb.to_string(),
+            group: self.def.group.to_string(),
+            version: self.def.version.to_string(),
+            resource: self.def.plural.to_string(),
+            subresource: self.subresource.clone().unwrap_or_default(),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.name.clone().unwrap_or_default(),
+            user: authn.username(),
+            user_agent: head.user_agent(),
+            code,
+            dry_run: head.dry_run(),
+        }
+    }
+}
+
+/// Serves a request on a resource: routes it, counts it, applies the injected fault and latency, runs
+/// the verb, and logs the request with its answer's code.
+async fn serve_resource(
+    state: Arc<State>,
+    head: &RequestHead,
+    body: Incoming,
+    segs: &[&str],
+    authn: &Authn,
+    representation: Representation,
+) -> Response<Body> {
+    let route = match route(&head.method, segs, &head.query) {
         Ok(r) => r,
         Err(e) => {
-            if let Some(record) = unrouted_record(
-                &parts.method,
-                &segs,
-                &query,
-                (authn.username(), user_agent()),
-                e.code,
-            ) {
+            let who = (authn.username(), head.user_agent());
+            if let Some(record) = unrouted_record(&head.method, segs, &head.query, who, e.code) {
                 state.controls.record(record);
             }
             return error_response(&e);
         }
     };
-    let key = RequestKey {
-        verb: route.verb.to_string(),
-        resource: route.def.plural.to_string(),
-        subresource: route.subresource.clone().unwrap_or_default(),
-    };
+    let key = route.key();
     state.controls.count(&key);
-    let record = |code: u16| RequestRecord {
-        verb: route.verb.to_string(),
-        group: route.def.group.to_string(),
-        version: route.def.version.to_string(),
-        resource: route.def.plural.to_string(),
-        subresource: route.subresource.clone().unwrap_or_default(),
-        namespace: route.namespace.clone().unwrap_or_default(),
-        name: route.name.clone().unwrap_or_default(),
-        user: authn.username(),
-        user_agent: user_agent(),
-        code,
-        dry_run: query.get("dryRun") == Some("All"),
-    };
     if let Some(e) = state.controls.fault_for(&key) {
-        state.controls.record(record(e.code));
+        state.controls.record(route.record(head, authn, e.code));
         return error_response(&e);
     }
     let delay = state.controls.latency_for(&key);
@@ -464,7 +548,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let bytes = match read_body(&state, body).await {
         Ok(b) => b,
         Err(e) => {
-            state.controls.record(record(e.code));
+            state.controls.record(route.record(head, authn, e.code));
             return error_response(&e);
         }
     };
@@ -473,28 +557,54 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         namespace: route.namespace.clone(),
         name: route.name.clone(),
         subresource: route.subresource.clone(),
-        query: &query,
-        content_type: header(CONTENT_TYPE),
+        query: &head.query,
+        content_type: head.header(CONTENT_TYPE),
         body: bytes,
         warnings: parking_lot::Mutex::new(Vec::new()),
     };
-    let result = match (route.verb, route.extra) {
-        ("create", Some(sub)) if sub.name == "token" => api::create_token(&state, &api_req, sub),
+    let result = run_verb(&state, &route, &api_req)
+        .await
+        .map(|reply| render(route.verb, route.def, &representation, reply));
+    let resp = reply_response(&state, result, representation, &api_req.warnings.lock());
+    state
+        .controls
+        .record(route.record(head, authn, resp.status().as_u16()));
+    resp
+}
+
+/// Runs the verb of a routed request on its resource (or the `token` subresource's `create`).
+async fn run_verb(
+    state: &State,
+    route: &Route,
+    api_req: &ApiRequest<'_>,
+) -> Result<Reply, ApiError> {
+    match (route.verb, route.extra) {
+        ("create", Some(sub)) if sub.name == "token" => api::create_token(state, api_req, sub),
         (_, Some(_)) => Err(ApiError::method_not_allowed()),
-        ("get", None) => api::get(&state, &api_req),
-        ("list", None) => api::list(&state, &api_req).await,
-        ("watch", None) => api::watch(&state, &api_req),
-        ("create", None) => api::create(&state, &api_req),
-        ("update", None) => api::update(&state, &api_req),
-        ("patch", None) => api::patch(&state, &api_req),
-        ("delete", None) => api::delete(&state, &api_req),
-        ("deletecollection", None) => api::delete_collection(&state, &api_req),
+        ("get", None) => api::get(state, api_req),
+        ("list", None) => api::list(state, api_req).await,
+        ("watch", None) => api::watch(state, api_req),
+        ("create", None) => api::create(state, api_req),
+        ("update", None) => api::update(state, api_req),
+        ("patch", None) => api::patch(state, api_req),
+        ("delete", None) => api::delete(state, api_req),
+        ("deletecollection", None) => api::delete_collection(state, api_req),
         _ => Err(ApiError::method_not_allowed()),
-    };
-    let resp = match result.map(|reply| render(route.verb, route.def, &representation, reply)) {
+    }
+}
+
+/// The response of a verb's outcome: JSON with the request's warnings as `Warning` headers, a watch
+/// stream in the negotiated representation, or a `Status` error.
+fn reply_response(
+    state: &Arc<State>,
+    result: Result<Reply, ApiError>,
+    representation: Representation,
+    warnings: &[String],
+) -> Response<Body> {
+    match result {
         Ok(Reply::Json(code, body)) => {
             let mut r = json_response(code, body);
-            for warning in api_req.warnings.lock().iter() {
+            for warning in warnings {
                 if let Ok(v) =
                     http::HeaderValue::from_str(&format!("299 - {}", crate::error::quote(warning)))
                 {
@@ -508,9 +618,7 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             watch_response(state.clone(), plan)
         }
         Err(e) => error_response(&e),
-    };
-    state.controls.record(record(resp.status().as_u16()));
-    resp
+    }
 }
 
 #[cfg(test)]

@@ -230,6 +230,136 @@ impl Builder {
     }
 }
 
+/// The TLS side of a server: the acceptor and the generated CA (none of them over plain HTTP).
+struct ServingTls {
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    ca_pem: Option<String>,
+    ca_der: Option<Vec<u8>>,
+}
+
+/// The host clients use to reach a listener: loopback for a wildcard bind, IPv6 in brackets.
+fn client_host(addr: SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    }
+}
+
+/// The steps of [`Builder::start`].
+impl Builder {
+    /// The service CIDR, parsed, once the service CIDR and node-port range are checked.
+    fn validated_service_cidr(&self) -> Result<(u32, u8), Error> {
+        let cidr = parse_cidr(&self.service_cidr).ok_or_else(|| {
+            Error::Config(format!("invalid service CIDR {:?}", self.service_cidr))
+        })?;
+        if self.node_ports.0 == 0 || self.node_ports.0 > self.node_ports.1 {
+            return Err(Error::Config(format!(
+                "invalid node port range {}-{}",
+                self.node_ports.0, self.node_ports.1
+            )));
+        }
+        Ok(cidr)
+    }
+
+    /// Binds the listener; returns it with the address it got (the port picked when 0 was asked).
+    async fn listen(&self) -> Result<(TcpListener, SocketAddr), Error> {
+        let requested = SocketAddr::new(self.bind, self.port);
+        let listener = TcpListener::bind(requested)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: requested,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: requested,
+            source,
+        })?;
+        Ok((listener, addr))
+    }
+
+    /// Generates a CA and a serving certificate for the bind address, unless serving plain HTTP.
+    fn serving_tls(&self) -> Result<ServingTls, Error> {
+        if self.plain_http {
+            return Ok(ServingTls {
+                acceptor: None,
+                ca_pem: None,
+                ca_der: None,
+            });
+        }
+        let material = tls::generate(self.bind)?;
+        Ok(ServingTls {
+            acceptor: Some(tls::acceptor(&material)?),
+            ca_pem: Some(material.ca_pem.clone()),
+            ca_der: Some(material.ca_der.clone()),
+        })
+    }
+
+    /// The state the handlers share: the store with its allocators, the known tokens (the admin's
+    /// and the configured users'), the test controls, the settings, and the initial namespaces.
+    fn state(
+        &self,
+        cidr: (u32, u8),
+        address: String,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Arc<State>, Error> {
+        let services = ServiceAllocator::new(cidr, self.node_ports.0, self.node_ports.1, self.seed);
+        let state = Arc::new(State {
+            store: Store::with_channel_capacity(
+                self.history_window,
+                services,
+                self.watch_channel_capacity,
+            ),
+            auth: AuthConfig::default(),
+            controls: ControlsState::new(self.seed, self.request_log_capacity),
+            cfg: Config {
+                require_auth: self.require_auth,
+                not_ready_taint: self.not_ready_taint,
+                bookmark_interval: self.bookmark_interval.max(Duration::from_millis(10)),
+                default_watch_timeout: self.default_watch_timeout,
+                list_wait: self.list_wait,
+                max_body: 3 * 1024 * 1024,
+                min_token_expiration: self.min_token_expiration.max(Duration::from_secs(1)),
+            },
+            shutdown,
+            address: OnceLock::new(),
+        });
+        let _ = state.address.set(address);
+        state.auth.set_identity(&self.token, UserInfo::admin());
+        for (token, user) in &self.users {
+            state.auth.set_identity(token, user.clone());
+        }
+        api::seed_namespaces(&state).map_err(|e| {
+            Error::Config(format!(
+                "failed to create the initial namespaces: {}",
+                e.message
+            ))
+        })?;
+        Ok(state)
+    }
+
+    /// Writes the kubeconfig to the configured path, or to a temporary directory that lives as long
+    /// as the server (returned with the path).
+    fn write_kubeconfig(&self, yaml: &str) -> Result<(PathBuf, Option<tempfile::TempDir>), Error> {
+        let (path, tempdir) = match &self.kubeconfig_path {
+            Some(p) => (p.clone(), None),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("test-apiserver-")
+                    .tempdir()
+                    .map_err(Error::TempDir)?;
+                (dir.path().join("kubeconfig"), Some(dir))
+            }
+        };
+        std::fs::write(&path, yaml).map_err(|source| Error::Kubeconfig {
+            path: path.clone(),
+            source,
+        })?;
+        Ok((path, tempdir))
+    }
+}
+
 /// A running in-memory API server. Dropping it (or [`TestApiServer::shutdown`]) stops it.
 pub struct TestApiServer {
     url: String,
@@ -279,104 +409,33 @@ impl TestApiServer {
         Builder::default().start().await
     }
 
+    /// Starts a server as `b` describes: checks the settings, binds the listener, makes the TLS
+    /// material, the shared state and the kubeconfig, then spawns the accept loop.
     async fn start_with(b: Builder) -> Result<Self, Error> {
-        let cidr = parse_cidr(&b.service_cidr)
-            .ok_or_else(|| Error::Config(format!("invalid service CIDR {:?}", b.service_cidr)))?;
-        if b.node_ports.0 == 0 || b.node_ports.0 > b.node_ports.1 {
-            return Err(Error::Config(format!(
-                "invalid node port range {}-{}",
-                b.node_ports.0, b.node_ports.1
-            )));
-        }
-        let requested = SocketAddr::new(b.bind, b.port);
-        let listener = TcpListener::bind(requested)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: requested,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: requested,
-            source,
-        })?;
-        let host = match addr.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
-            IpAddr::V4(ip) => ip.to_string(),
-            IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
-            IpAddr::V6(ip) => format!("[{ip}]"),
-        };
-        let (tls, ca_pem, ca_der) = if b.plain_http {
-            (None, None, None)
-        } else {
-            let material = tls::generate(b.bind)?;
-            (
-                Some(tls::acceptor(&material)?),
-                Some(material.ca_pem.clone()),
-                Some(material.ca_der.clone()),
-            )
-        };
+        let cidr = b.validated_service_cidr()?;
+        let (listener, addr) = b.listen().await?;
+        let host = client_host(addr);
+        let tls = b.serving_tls()?;
         let scheme = if b.plain_http { "http" } else { "https" };
         let url = format!("{scheme}://{host}:{}", addr.port());
-
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let services = ServiceAllocator::new(cidr, b.node_ports.0, b.node_ports.1, b.seed);
-        let state = Arc::new(State {
-            store: Store::with_channel_capacity(
-                b.history_window,
-                services,
-                b.watch_channel_capacity,
-            ),
-            auth: AuthConfig::default(),
-            controls: ControlsState::new(b.seed, b.request_log_capacity),
-            cfg: Config {
-                require_auth: b.require_auth,
-                not_ready_taint: b.not_ready_taint,
-                bookmark_interval: b.bookmark_interval.max(Duration::from_millis(10)),
-                default_watch_timeout: b.default_watch_timeout,
-                list_wait: b.list_wait,
-                max_body: 3 * 1024 * 1024,
-                min_token_expiration: b.min_token_expiration.max(Duration::from_secs(1)),
-            },
-            shutdown: shutdown_rx.clone(),
-            address: OnceLock::new(),
-        });
-        let _ = state.address.set(format!("{host}:{}", addr.port()));
-        state.auth.set_identity(&b.token, UserInfo::admin());
-        for (token, user) in &b.users {
-            state.auth.set_identity(token, user.clone());
-        }
-        api::seed_namespaces(&state).map_err(|e| {
-            Error::Config(format!(
-                "failed to create the initial namespaces: {}",
-                e.message
-            ))
-        })?;
-
-        let yaml = kubeconfig_yaml(&url, ca_pem.as_deref(), &b.token);
-        let (path, tempdir) = match &b.kubeconfig_path {
-            Some(p) => (p.clone(), None),
-            None => {
-                let dir = tempfile::Builder::new()
-                    .prefix("test-apiserver-")
-                    .tempdir()
-                    .map_err(Error::TempDir)?;
-                (dir.path().join("kubeconfig"), Some(dir))
-            }
-        };
-        std::fs::write(&path, &yaml).map_err(|source| Error::Kubeconfig {
-            path: path.clone(),
-            source,
-        })?;
-
-        let accept = tokio::spawn(accept_loop(listener, tls, state.clone(), shutdown_rx));
+        let state = b.state(cidr, format!("{host}:{}", addr.port()), shutdown_rx.clone())?;
+        let yaml = kubeconfig_yaml(&url, tls.ca_pem.as_deref(), &b.token);
+        let (path, tempdir) = b.write_kubeconfig(&yaml)?;
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            tls.acceptor,
+            state.clone(),
+            shutdown_rx,
+        ));
         tracing::info!(%url, kubeconfig = %path.display(), "test API server listening");
         Ok(Self {
             url,
             addr,
             kubeconfig_path: path,
             kubeconfig_yaml: yaml,
-            ca_pem,
-            ca_der,
+            ca_pem: tls.ca_pem,
+            ca_der: tls.ca_der,
             token: b.token,
             state,
             shutdown: shutdown_tx,

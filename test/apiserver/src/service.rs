@@ -305,6 +305,18 @@ pub(crate) fn validate(v: &Value) -> Vec<FieldError> {
         errs.push(FieldError::not_supported("spec.type", ty, TYPES));
     }
     let cluster_ip = s["clusterIP"].as_str().unwrap_or("");
+    errs.extend(validate_ports(s, ty, cluster_ip));
+    errs.extend(validate_traffic(v, ty));
+    errs.extend(validate_addresses(s, ty, cluster_ip));
+    errs.extend(validation::labels(&s["selector"], "spec.selector"));
+    errs.extend(validate_ingress(v));
+    errs
+}
+
+/// Validation of `spec.ports`: required unless the Service is headless or an ExternalName; each port
+/// valid on its own, names and (protocol, port) pairs unique.
+fn validate_ports(s: &Value, ty: &str, cluster_ip: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     let ports = s["ports"].as_array().cloned().unwrap_or_default();
     if ports.is_empty() && ty != "ExternalName" && cluster_ip != "None" {
         errs.push(FieldError::required("spec.ports", ""));
@@ -340,55 +352,75 @@ pub(crate) fn validate(v: &Value) -> Vec<FieldError> {
                 &["SCTP", "TCP", "UDP"],
             ));
         }
-        match &p["targetPort"] {
-            Value::Number(n) => {
-                let t = n.as_i64().unwrap_or(0);
-                if !(1..=65535).contains(&t) {
-                    errs.push(FieldError::invalid(
-                        format!("{base}.targetPort"),
-                        t.to_string(),
-                        "must be between 1 and 65535, inclusive",
-                    ));
-                }
-            }
-            Value::String(t) => {
-                let ok = !t.is_empty()
-                    && t.len() <= 15
-                    && t.bytes()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-                    && t.bytes().any(|c| c.is_ascii_lowercase());
-                if !ok {
-                    errs.push(FieldError::invalid_str(
-                        format!("{base}.targetPort"),
-                        t,
-                        "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
-                    ));
-                }
-            }
-            _ => {}
-        }
-        if let Some(np) = p
-            .get("nodePort")
-            .and_then(Value::as_i64)
-            .filter(|n| *n != 0)
-        {
-            if ty == "ClusterIP" {
-                errs.push(FieldError::forbidden(
-                    format!("{base}.nodePort"),
-                    "may not be used when `type` is 'ClusterIP'",
-                ));
-            } else if !(1..=65535).contains(&np) {
-                errs.push(FieldError::invalid(
-                    format!("{base}.nodePort"),
-                    np.to_string(),
-                    "must be between 1 and 65535, inclusive",
-                ));
-            }
-        }
+        errs.extend(validate_target_port(&p["targetPort"], &base));
+        errs.extend(validate_node_port(p, ty, &base));
         if !keys.insert((proto.to_string(), port)) {
             errs.push(FieldError::duplicate(base.clone(), go_service_port(p)));
         }
     }
+    errs
+}
+
+/// Validation of a port's `targetPort` (at `base`): a number in 1-65535 or an IANA service name.
+fn validate_target_port(target: &Value, base: &str) -> Option<FieldError> {
+    match target {
+        Value::Number(n) => {
+            let t = n.as_i64().unwrap_or(0);
+            (!(1..=65535).contains(&t)).then(|| {
+                FieldError::invalid(
+                    format!("{base}.targetPort"),
+                    t.to_string(),
+                    "must be between 1 and 65535, inclusive",
+                )
+            })
+        }
+        Value::String(t) => {
+            let ok = !t.is_empty()
+                && t.len() <= 15
+                && t.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && t.bytes().any(|c| c.is_ascii_lowercase());
+            (!ok).then(|| {
+                FieldError::invalid_str(
+                    format!("{base}.targetPort"),
+                    t,
+                    "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Validation of a port's `nodePort` (at `base`): none on a ClusterIP Service, otherwise in 1-65535
+/// (the allocator checks the node-port range).
+fn validate_node_port(p: &Value, ty: &str, base: &str) -> Option<FieldError> {
+    let np = p
+        .get("nodePort")
+        .and_then(Value::as_i64)
+        .filter(|n| *n != 0)?;
+    if ty == "ClusterIP" {
+        Some(FieldError::forbidden(
+            format!("{base}.nodePort"),
+            "may not be used when `type` is 'ClusterIP'",
+        ))
+    } else if !(1..=65535).contains(&np) {
+        Some(FieldError::invalid(
+            format!("{base}.nodePort"),
+            np.to_string(),
+            "must be between 1 and 65535, inclusive",
+        ))
+    } else {
+        None
+    }
+}
+
+/// Validation of how traffic reaches the Service: session affinity, the external and internal traffic
+/// policies, and the fields only a LoadBalancer Service may set (health-check node port, node-port
+/// allocation).
+fn validate_traffic(v: &Value, ty: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let s = spec(v);
     let affinity = s["sessionAffinity"].as_str().unwrap_or("None");
     if !["ClientIP", "None"].contains(&affinity) {
         errs.push(FieldError::not_supported(
@@ -439,6 +471,13 @@ pub(crate) fn validate(v: &Value) -> Vec<FieldError> {
             "may only be used when `type` is 'LoadBalancer'",
         ));
     }
+    errs
+}
+
+/// Validation of the Service's addresses: a cluster IP that is an IPv4 address (or `None`), and the DNS
+/// name of an ExternalName Service.
+fn validate_addresses(s: &Value, ty: &str, cluster_ip: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     if !cluster_ip.is_empty() && cluster_ip != "None" && cluster_ip.parse::<Ipv4Addr>().is_err() {
         errs.push(FieldError::invalid_str(
             "spec.clusterIPs[0]",
@@ -456,8 +495,6 @@ pub(crate) fn validate(v: &Value) -> Vec<FieldError> {
             }
         }
     }
-    errs.extend(validation::labels(&s["selector"], "spec.selector"));
-    errs.extend(validate_ingress(v));
     errs
 }
 
@@ -478,6 +515,44 @@ pub(crate) fn validate_update(new: &Value, old: &Value) -> Vec<FieldError> {
         ));
     }
     errs
+}
+
+/// The cluster IP a Service asks for, as checked against the allocator.
+#[derive(Debug, Default)]
+struct ClusterIpRequest {
+    /// The IP the object names (one it held already, or one to reserve).
+    named: Option<u32>,
+    /// A named IP the object did not hold before, free and in the range: reserved on commit.
+    reserve: Option<u32>,
+    /// The object leaves its IP empty: one is picked.
+    pick: bool,
+}
+
+/// The node ports a Service asks for, as checked against the allocator.
+#[derive(Debug, Default)]
+struct NodePortRequest {
+    /// The node ports (and health-check node port) the object names: reserved on commit.
+    fixed: Vec<u16>,
+    /// Every port the object uses, named or picked, so that no two of its ports share one.
+    taken_now: HashSet<u16>,
+    /// The indices of the ports that need a node port picked.
+    pick: Vec<usize>,
+    /// The health-check node port needs to be picked.
+    pick_health_check: bool,
+}
+
+/// Defaults the cluster-IP fields of a Service that has a cluster IP: `clusterIPs` from `clusterIP`,
+/// and single-stack IPv4.
+fn default_ip_families(new: &mut Value) {
+    let s = spec_mut(new);
+    if let Some(ip) = s.get("clusterIP").cloned()
+        && !s.contains_key("clusterIPs")
+    {
+        s.insert("clusterIPs".into(), json!([ip]));
+    }
+    s.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+    s.entry("ipFamilyPolicy")
+        .or_insert_with(|| json!("SingleStack"));
 }
 
 /// Allocates cluster IPs from a service CIDR and node ports from a port range, without collisions.
@@ -585,75 +660,108 @@ impl ServiceAllocator {
     }
 
     /// Fills in and reserves the cluster IP and node ports of `new`. `old` is the previous state on
-    /// update (its reservations are kept or released). On error nothing changes.
+    /// update (its reservations are kept or released). A refused request changes nothing; a full range
+    /// is only found after the requested IP and ports are reserved.
     pub(crate) fn allocate(
         &mut self,
         new: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), Vec<FieldError>> {
-        let mut errs = Vec::new();
         let old_ip = old.and_then(Self::owned_ip);
         let old_ports: Vec<u16> = old.map(Self::owned_ports).unwrap_or_default();
-
-        // Cluster IP.
-        let mut new_ip: Option<u32> = None;
-        let mut reserve_ip: Option<u32> = None;
-        let mut assign_ip = false;
+        let mut errs = Vec::new();
+        let ip = self.check_cluster_ip(new, old_ip, &mut errs);
+        let mut ports = self.check_node_ports(new, &old_ports, &mut errs);
+        self.check_health_check_port(new, &old_ports, &mut ports, &mut errs);
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        self.reserve(old_ip, &old_ports, &ip, &ports);
+        if ip.pick {
+            self.assign_cluster_ip(new)?;
+        }
+        self.assign_node_ports(new, ports)?;
         if wants_cluster_ip(new) {
-            let requested = new["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
-            if requested == "None" {
-                // Headless: nothing to allocate.
-            } else if requested.is_empty() {
-                assign_ip = true;
-            } else if let Ok(ip) = requested.parse::<Ipv4Addr>() {
-                let ip = u32::from(ip);
-                new_ip = Some(ip);
-                if Some(ip) != old_ip {
-                    if !self.in_range_ip(ip) {
-                        errs.push(FieldError::invalid_str(
-                            "spec.clusterIPs[0]",
-                            &requested,
-                            format!(
-                                "failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}",
-                                self.cidr_string()
-                            ),
-                        ));
-                    } else if self.ips.contains(&ip) {
-                        errs.push(FieldError::invalid_str(
-                            "spec.clusterIPs[0]",
-                            &requested,
-                            format!("failed to allocate IP {requested}: provided IP is already allocated"),
-                        ));
-                    } else {
-                        reserve_ip = Some(ip);
-                    }
+            default_ip_families(new);
+        }
+        order_spec(new);
+        Ok(())
+    }
+
+    /// Checks the cluster IP `new` asks for: a named one must be in the range and free (unless `old`
+    /// held it already); an empty one is to be picked; `None` (headless) needs none.
+    fn check_cluster_ip(
+        &self,
+        new: &Value,
+        old_ip: Option<u32>,
+        errs: &mut Vec<FieldError>,
+    ) -> ClusterIpRequest {
+        let mut req = ClusterIpRequest::default();
+        if !wants_cluster_ip(new) {
+            return req;
+        }
+        let requested = new["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
+        if requested == "None" {
+            // Headless: nothing to allocate.
+        } else if requested.is_empty() {
+            req.pick = true;
+        } else if let Ok(ip) = requested.parse::<Ipv4Addr>() {
+            let ip = u32::from(ip);
+            req.named = Some(ip);
+            if Some(ip) != old_ip {
+                if !self.in_range_ip(ip) {
+                    errs.push(FieldError::invalid_str(
+                        "spec.clusterIPs[0]",
+                        &requested,
+                        format!(
+                            "failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}",
+                            self.cidr_string()
+                        ),
+                    ));
+                } else if self.ips.contains(&ip) {
+                    errs.push(FieldError::invalid_str(
+                        "spec.clusterIPs[0]",
+                        &requested,
+                        format!(
+                            "failed to allocate IP {requested}: provided IP is already allocated"
+                        ),
+                    ));
+                } else {
+                    req.reserve = Some(ip);
                 }
             }
         }
+        req
+    }
 
-        // Node ports requested explicitly.
-        let mut taken_now: HashSet<u16> = HashSet::new();
-        let mut fixed: Vec<u16> = Vec::new();
+    /// Checks the node ports `new` names (in the range, not twice, free unless `old` held them) and
+    /// lists the ports that need one picked.
+    fn check_node_ports(
+        &self,
+        new: &Value,
+        old_ports: &[u16],
+        errs: &mut Vec<FieldError>,
+    ) -> NodePortRequest {
+        let mut req = NodePortRequest::default();
         let ports_len = new["spec"]["ports"].as_array().map_or(0, Vec::len);
         let needs_ports = needs_node_ports(new);
-        let mut to_assign: Vec<usize> = Vec::new();
         for i in 0..ports_len {
             let np = new["spec"]["ports"][i]["nodePort"].as_i64().unwrap_or(0);
             if np == 0 {
                 if needs_ports {
-                    to_assign.push(i);
+                    req.pick.push(i);
                 }
                 continue;
             }
             let field = format!("spec.ports[{i}].nodePort");
             match u16::try_from(np) {
                 Ok(p) if p >= self.port_lo && p <= self.port_hi => {
-                    if !taken_now.insert(p) {
+                    if !req.taken_now.insert(p) {
                         errs.push(FieldError::duplicate(field, np.to_string()));
                     } else if !old_ports.contains(&p) && self.ports.contains(&p) {
                         errs.push(FieldError::invalid(field, np.to_string(), "provided port is already allocated"));
                     } else {
-                        fixed.push(p);
+                        req.fixed.push(p);
                     }
                 }
                 _ => errs.push(FieldError::invalid(
@@ -666,71 +774,100 @@ impl ServiceAllocator {
                 )),
             }
         }
-        let mut assign_hc = false;
-        if needs_health_check(new) {
-            let hc = new["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0);
-            if hc == 0 {
-                assign_hc = true;
-            } else {
-                match u16::try_from(hc) {
-                    Ok(p)
-                        if p >= self.port_lo
-                            && p <= self.port_hi
-                            && (old_ports.contains(&p) || !self.ports.contains(&p))
-                            && taken_now.insert(p) =>
-                    {
-                        fixed.push(p);
-                    }
-                    _ => errs.push(FieldError::invalid(
-                        "spec.healthCheckNodePort",
-                        hc.to_string(),
-                        "provided port is already allocated or not in the valid range",
-                    )),
-                }
-            }
-        }
-        if !errs.is_empty() {
-            return Err(errs);
-        }
+        req
+    }
 
-        // Everything requested is available: commit. Release what the old object held first so
-        // its ports may be reused by the new state.
-        if let Some(ip) = old_ip
-            && Some(ip) != new_ip
-        {
-            self.ips.remove(&ip);
+    /// Checks the health-check node port of a Service that needs one: a named one must be in the range
+    /// and free; none means one is to be picked.
+    fn check_health_check_port(
+        &self,
+        new: &Value,
+        old_ports: &[u16],
+        req: &mut NodePortRequest,
+        errs: &mut Vec<FieldError>,
+    ) {
+        if !needs_health_check(new) {
+            return;
         }
-        for p in &old_ports {
+        let hc = new["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0);
+        if hc == 0 {
+            req.pick_health_check = true;
+            return;
+        }
+        match u16::try_from(hc) {
+            Ok(p)
+                if p >= self.port_lo
+                    && p <= self.port_hi
+                    && (old_ports.contains(&p) || !self.ports.contains(&p))
+                    && req.taken_now.insert(p) =>
+            {
+                req.fixed.push(p);
+            }
+            _ => errs.push(FieldError::invalid(
+                "spec.healthCheckNodePort",
+                hc.to_string(),
+                "provided port is already allocated or not in the valid range",
+            )),
+        }
+    }
+
+    /// Commits what was checked: releases what the old object held first, so that its ports may be
+    /// reused by the new state, then reserves the named ports and IP.
+    fn reserve(
+        &mut self,
+        old_ip: Option<u32>,
+        old_ports: &[u16],
+        ip: &ClusterIpRequest,
+        ports: &NodePortRequest,
+    ) {
+        if let Some(old) = old_ip
+            && Some(old) != ip.named
+        {
+            self.ips.remove(&old);
+        }
+        for p in old_ports {
             self.ports.remove(p);
         }
-        for p in &fixed {
+        for p in &ports.fixed {
             self.ports.insert(*p);
         }
-        if let Some(ip) = reserve_ip {
-            self.ips.insert(ip);
+        if let Some(reserved) = ip.reserve {
+            self.ips.insert(reserved);
         }
-        if let Some(ip) = new_ip {
-            self.ips.insert(ip);
+        if let Some(named) = ip.named {
+            self.ips.insert(named);
         }
-        if assign_ip {
-            let Some(ip) = self.pick_ip() else {
-                return Err(vec![FieldError::invalid(
-                    "spec.clusterIPs",
-                    "[]",
-                    "failed to allocate IP: range is full",
-                )]);
-            };
-            self.ips.insert(ip);
-            let ip_s = Ipv4Addr::from(ip).to_string();
-            let s = spec_mut(new);
-            s.insert("clusterIP".into(), json!(ip_s));
-            s.insert("clusterIPs".into(), json!([ip_s]));
-        }
+    }
+
+    /// Picks a free cluster IP for `new` and sets `clusterIP` and `clusterIPs`.
+    fn assign_cluster_ip(&mut self, new: &mut Value) -> Result<(), Vec<FieldError>> {
+        let Some(ip) = self.pick_ip() else {
+            return Err(vec![FieldError::invalid(
+                "spec.clusterIPs",
+                "[]",
+                "failed to allocate IP: range is full",
+            )]);
+        };
+        self.ips.insert(ip);
+        let ip_s = Ipv4Addr::from(ip).to_string();
+        let s = spec_mut(new);
+        s.insert("clusterIP".into(), json!(ip_s));
+        s.insert("clusterIPs".into(), json!([ip_s]));
+        Ok(())
+    }
+
+    /// Picks the node ports (and health-check node port) `new` still needs, each distinct from the
+    /// others of the object.
+    fn assign_node_ports(
+        &mut self,
+        new: &mut Value,
+        mut req: NodePortRequest,
+    ) -> Result<(), Vec<FieldError>> {
         let mut full = false;
-        for i in to_assign {
-            match self.pick_port(&taken_now) {
+        for i in req.pick {
+            match self.pick_port(&req.taken_now) {
                 Some(p) => {
-                    taken_now.insert(p);
+                    req.taken_now.insert(p);
                     self.ports.insert(p);
                     if let Some(pm) = new["spec"]["ports"][i].as_object_mut() {
                         pm.insert("nodePort".into(), json!(p));
@@ -739,8 +876,8 @@ impl ServiceAllocator {
                 None => full = true,
             }
         }
-        if assign_hc {
-            match self.pick_port(&taken_now) {
+        if req.pick_health_check {
+            match self.pick_port(&req.taken_now) {
                 Some(p) => {
                     self.ports.insert(p);
                     spec_mut(new).insert("healthCheckNodePort".into(), json!(p));
@@ -755,18 +892,6 @@ impl ServiceAllocator {
                 "failed to allocate a nodePort: range is full",
             )]);
         }
-        if wants_cluster_ip(new) {
-            let s = spec_mut(new);
-            if let Some(ip) = s.get("clusterIP").cloned()
-                && !s.contains_key("clusterIPs")
-            {
-                s.insert("clusterIPs".into(), json!([ip]));
-            }
-            s.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
-            s.entry("ipFamilyPolicy")
-                .or_insert_with(|| json!("SingleStack"));
-        }
-        order_spec(new);
         Ok(())
     }
 
