@@ -36,9 +36,11 @@ use crate::panics::PanicGuard;
 
 /// NotReady nodes per bulk state call.
 const STATE_CHUNK: usize = 250;
-/// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too: about
-/// 1 MB for four chunks). Four checks 100,000 nodes in 100 rounds of calls, 2 s at 20 ms a call.
-const STATE_CONCURRENCY: usize = 4;
+/// Rounds of concurrent bulk state calls a pass aims at: with 20 ms calls, 2 s for any number of nodes.
+const STATE_ROUNDS: usize = 100;
+/// Fewest and most concurrent bulk state calls. Each call holds a copy of its chunk of nodes (about 0.7 MB
+/// for 250), so the concurrency bounds memory too: small clusters keep two in flight.
+const STATE_CONCURRENCY: (usize, usize) = (2, 8);
 /// Concurrent per-node calls with the v1 interface.
 const V1_CONCURRENCY: usize = 16;
 /// Concurrent node writes (taints, deletions) in one pass.
@@ -450,8 +452,9 @@ pub async fn instance_states(
                 fit_bulk_results(states, chunk.len(), "state")
             })
             .collect();
+        let concurrency = state_concurrency(calls.len());
         let chunks: Vec<Vec<Result<InstanceState, CloudError>>> = futures::stream::iter(calls)
-            .buffered(STATE_CONCURRENCY)
+            .buffered(concurrency)
             .collect()
             .await;
         return chunks.into_iter().flatten().collect();
@@ -470,6 +473,13 @@ pub async fn instance_states(
         .iter()
         .map(|_| Err(CloudError::NotImplemented))
         .collect()
+}
+
+/// Concurrent bulk state calls for `chunks` chunks: enough to finish in about [`STATE_ROUNDS`] rounds
+/// (100,000 nodes: 400 chunks, four at a time), within [`STATE_CONCURRENCY`].
+fn state_concurrency(chunks: usize) -> usize {
+    let (fewest, most) = STATE_CONCURRENCY;
+    chunks.div_ceil(STATE_ROUNDS).clamp(fewest, most)
 }
 
 async fn state_v1(
@@ -502,6 +512,15 @@ async fn state_v1(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+
+    #[test]
+    fn bulk_state_calls_grow_with_the_pass_within_bounds() {
+        assert_eq!(state_concurrency(1), 2);
+        assert_eq!(state_concurrency(20), 2);
+        assert_eq!(state_concurrency(400), 4);
+        assert_eq!(state_concurrency(1_000), 8);
+        assert_eq!(state_concurrency(100_000), 8);
+    }
 
     #[test]
     fn guard_arithmetic() {
