@@ -118,7 +118,12 @@ impl Daemon {
 
     /// Current resident set size (`VmRSS`) in KiB.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        Self::process_rss_kib(self.pid)
+    }
+
+    /// Current resident set size (`VmRSS`) of process `pid` in KiB.
+    pub fn process_rss_kib(pid: u32) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         parse_status_kib(&status, "VmRSS:")
     }
 

@@ -347,9 +347,17 @@ pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<
         }
         _ => run_on(scenario, settings, &cluster, dir.path()).await,
     };
+    let own_rss = crate::daemon::Daemon::process_rss_kib(std::process::id());
     cluster.shutdown().await;
     let mut outcome = result?;
     outcome.load = load;
+    if let (Some(rss), None) = (own_rss, settings.realkube.as_ref()) {
+        outcome.notes.push(format!(
+            "the benchmark process (the in-memory API server with every object, the workload, the watches) \
+             was {:.1} MiB resident at the end",
+            rss as f64 / 1024.0
+        ));
+    }
     Ok(outcome)
 }
 
