@@ -39,6 +39,7 @@ pub mod workqueue;
 pub mod workqueue_metrics;
 
 mod run;
+mod trim;
 
 pub use cached_node::CachedNode;
 pub use context::{
