@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_ec2::types::{Filter, RouteTable};
 use cloud_provider::{CloudError, Result, Route, Routes};
-use parking_lot::Mutex;
 
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
@@ -111,10 +110,6 @@ fn same_cidr(a: &str, b: &str) -> bool {
 fn is_ipv6(cidr: &str) -> bool {
     cidr.contains(':')
 }
-
-/// Instance ID -> node name, learnt from created routes (node names need not be private DNS names).
-#[derive(Debug, Default)]
-pub(crate) struct RouteTargets(Mutex<HashMap<String, String>>);
 
 impl AwsCloud {
     /// Every page of a DescribeRouteTables query.

@@ -29,8 +29,8 @@ use super::naming::{RULE_CLIENT, RULE_MTU, client_rule_description, health_rule_
 use super::rule_budget::{GroupRole, IngressChange, RuleCount};
 use super::spec::{LbSpec, Protocol};
 use crate::cloud::{AwsCloud, filter};
+use crate::ec2_instance::Ec2Instance;
 use crate::error::SdkResultExt;
-use crate::instances::Ec2Instance;
 
 /// What a rule admits (the description is not part of it: EC2 refuses two rules differing only in that).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
