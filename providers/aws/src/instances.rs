@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use crate::cloud::{AwsCloud, filter};
 use crate::ec2_instance::Ec2Instance;
 use crate::error::{ApiError, SdkResultExt};
+use crate::paginate::for_each_page;
 pub use crate::provider_id::instance_id_from_provider_id;
 
 /// Most values per DescribeInstances filter (AWS allows 200).
@@ -70,32 +71,29 @@ impl AwsCloud {
         filters: Vec<aws_sdk_ec2::types::Filter>,
     ) -> std::result::Result<Vec<Ec2Instance>, ApiError> {
         let mut out = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_instances()
-                .set_filters(Some(filters.clone()))
-                .set_next_token(token)
-                .max_results(1000)
-                .send()
-                .await
-                .api("DescribeInstances")?;
-            out.extend(
-                page.reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .map(Ec2Instance::from),
-            );
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        for_each_page(
+            |token| {
+                self.clients
+                    .ec2
+                    .describe_instances()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .max_results(1000)
+                    .send()
+            },
+            |page| page.next_token(),
+            |page| {
+                out.extend(
+                    page.reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .map(Ec2Instance::from),
+                )
+            },
+        )
+        .await
+        .api("DescribeInstances")?;
+        Ok(out)
     }
 
     /// Reads the instances with these IDs from EC2 (terminated ones included), [`FILTER_CHUNK`] IDs per call,

@@ -27,6 +27,7 @@ pub mod instances;
 pub mod load_balancer;
 pub mod metrics;
 mod mutation_gate;
+mod paginate;
 pub mod provider_id;
 pub mod routes;
 pub mod tagging;

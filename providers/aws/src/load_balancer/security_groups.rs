@@ -31,6 +31,7 @@ use super::spec::{LbSpec, Protocol};
 use crate::cloud::{AwsCloud, filter};
 use crate::ec2_instance::Ec2Instance;
 use crate::error::SdkResultExt;
+use crate::paginate::for_each_page;
 
 /// What a rule admits (the description is not part of it: EC2 refuses two rules differing only in that).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -356,28 +357,25 @@ impl AwsCloud {
         vpc_id: &str,
     ) -> Result<HashMap<String, SecurityGroup>> {
         let mut out = HashMap::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_security_groups()
-                .filters(filter("vpc-id", [vpc_id]))
-                .set_next_token(token)
-                .send()
-                .await
-                .api("DescribeSecurityGroups")?;
-            for g in page.security_groups() {
-                out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        for_each_page(
+            |token| {
+                self.clients
+                    .ec2
+                    .describe_security_groups()
+                    .filters(filter("vpc-id", [vpc_id]))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| page.next_token(),
+            |page| {
+                for g in page.security_groups() {
+                    out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
+                }
+            },
+        )
+        .await
+        .api("DescribeSecurityGroups")?;
+        Ok(out)
     }
 
     /// The security groups of the VPC with their rules.
