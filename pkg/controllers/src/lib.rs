@@ -38,6 +38,7 @@ pub mod timed_cloud;
 pub mod workqueue;
 pub mod workqueue_metrics;
 
+mod bulk_lookup;
 mod run;
 mod trim;
 

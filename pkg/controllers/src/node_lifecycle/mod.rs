@@ -24,6 +24,7 @@ use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::bulk_lookup::{BulkCalls, lookup_each_node};
 use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
@@ -31,15 +32,12 @@ use crate::events::{EventRecorder, EventType};
 use crate::identity;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
-use crate::node::metadata::fit_bulk_results;
 use crate::panics::PanicGuard;
 
 /// NotReady nodes per bulk state call.
 const STATE_CHUNK: usize = 250;
 /// Concurrent bulk state calls (each holds a copy of its chunk of nodes, so this bounds memory too).
 const STATE_CONCURRENCY: usize = 2;
-/// Concurrent per-node calls with the v1 interface.
-const V1_CONCURRENCY: usize = 16;
 /// Concurrent node writes (taints, deletions) in one pass.
 const WRITE_CONCURRENCY: usize = 16;
 /// How long a graceful stop waits for queued events to be written.
@@ -440,35 +438,19 @@ pub async fn instance_states(
     cloud: &dyn CloudProvider,
     nodes: &[Arc<CachedNode>],
 ) -> Vec<Result<InstanceState, CloudError>> {
-    if let Some(v2) = cloud.instances_v2() {
-        let calls: Vec<_> = nodes
-            .chunks(STATE_CHUNK)
-            .map(|chunk| async move {
-                let owned: Vec<Node> = chunk.iter().map(|n| n.to_node()).collect();
-                let states = v2.instance_states(&owned).await;
-                fit_bulk_results(states, chunk.len(), "state")
-            })
-            .collect();
-        let chunks: Vec<Vec<Result<InstanceState, CloudError>>> = futures::stream::iter(calls)
-            .buffered(STATE_CONCURRENCY)
-            .collect()
-            .await;
-        return chunks.into_iter().flatten().collect();
-    }
-    if let Some(v1) = cloud.instances() {
-        let calls = nodes
-            .iter()
-            .cloned()
-            .map(|node| async move { state_v1(cloud, v1, &node).await });
-        return futures::stream::iter(calls)
-            .buffered(V1_CONCURRENCY)
-            .collect()
-            .await;
-    }
-    nodes
-        .iter()
-        .map(|_| Err(CloudError::NotImplemented))
-        .collect()
+    let calls = BulkCalls {
+        what: "state",
+        nodes_per_call: STATE_CHUNK,
+        concurrent_calls: STATE_CONCURRENCY,
+    };
+    lookup_each_node(
+        cloud,
+        nodes,
+        calls,
+        |v2, _, owned| async move { v2.instance_states(&owned).await },
+        move |v1, node| async move { state_v1(cloud, v1, &node).await },
+    )
+    .await
 }
 
 async fn state_v1(
