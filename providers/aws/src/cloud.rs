@@ -18,7 +18,7 @@ use crate::ec2_instance::InstanceCache;
 use crate::error::{ApiError, SdkResultExt};
 use crate::metrics::AwsMetrics;
 pub use crate::provider_id::PROVIDER_NAME;
-use crate::tagging::ClusterTagging;
+use crate::tagging::{ClusterTagging, ec2_tag_pairs};
 
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -292,18 +292,12 @@ async fn own_instance_tags(
         .send()
         .await
         .api("DescribeInstances")?;
-    Ok(out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .flat_map(|i| i.tags())
-        .map(|t| {
-            (
-                t.key().unwrap_or_default().to_string(),
-                t.value().unwrap_or_default().to_string(),
-            )
-        })
-        .collect())
+    Ok(ec2_tag_pairs(
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.tags()),
+    ))
 }
 
 impl CloudProvider for AwsCloud {

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::config::IpFamily;
 use crate::provider_id::PROVIDER_NAME;
+use crate::tagging::ec2_tag_pairs;
 
 /// An EC2 network interface as the provider uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +92,7 @@ impl From<&Instance> for Ec2Instance {
                 .filter_map(|g| g.group_id())
                 .map(str::to_string)
                 .collect(),
-            tags: i
-                .tags()
-                .iter()
-                .map(|t| (s(t.key()), s(t.value())))
-                .collect(),
+            tags: ec2_tag_pairs(i.tags()),
             source_dest_check: i.source_dest_check(),
         }
     }

@@ -32,6 +32,7 @@ use crate::cloud::{AwsCloud, filter};
 use crate::ec2_instance::Ec2Instance;
 use crate::error::SdkResultExt;
 use crate::paginate::for_each_page;
+use crate::tagging::ec2_tag_pairs;
 
 /// What a rule admits (the description is not part of it: EC2 refuses two rules differing only in that).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -268,16 +269,7 @@ impl From<&SecurityGroup> for GroupInfo {
         }
         GroupInfo {
             id: g.group_id().unwrap_or_default().to_string(),
-            tags: g
-                .tags()
-                .iter()
-                .map(|t| {
-                    (
-                        t.key().unwrap_or_default().to_string(),
-                        t.value().unwrap_or_default().to_string(),
-                    )
-                })
-                .collect(),
+            tags: ec2_tag_pairs(g.tags()),
             rules,
             ingress: RuleCount::of_permissions(g.ip_permissions()),
         }

@@ -15,7 +15,7 @@ use super::spec::{ANN_SUBNETS, SpecError};
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::paginate::for_each_page;
-use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB};
+use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB, ec2_tag_pairs};
 
 /// The zone type of regular availability zones.
 const REGULAR_ZONE_TYPE: &str = "availability-zone";
@@ -127,16 +127,7 @@ impl AwsCloud {
                         id: s.subnet_id().unwrap_or_default().to_string(),
                         zone: s.availability_zone().unwrap_or_default().to_string(),
                         cidr: s.cidr_block().and_then(|c| c.parse().ok()),
-                        tags: s
-                            .tags()
-                            .iter()
-                            .map(|t| {
-                                (
-                                    t.key().unwrap_or_default().to_string(),
-                                    t.value().unwrap_or_default().to_string(),
-                                )
-                            })
-                            .collect(),
+                        tags: ec2_tag_pairs(s.tags()),
                         public: false,
                     });
                 }
