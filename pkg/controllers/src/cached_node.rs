@@ -20,7 +20,7 @@ use kube::api::ObjectMeta;
 use kube::runtime::reflector::Lookup;
 use parking_lot::Mutex;
 
-use crate::informers::trim_metadata;
+use crate::trim::trim_metadata;
 
 /// Type of the node condition the kubelet reports readiness with.
 pub const CONDITION_READY: &str = "Ready";

@@ -25,6 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cached_node::CachedNode;
 use crate::error::ControllersError;
+pub use crate::trim::trim_metadata;
+use crate::trim::trimmed;
 
 /// Page size of the initial and recovery lists.
 const LIST_PAGE_SIZE: u32 = 500;
@@ -242,24 +244,6 @@ fn project_event<K, T>(event: watcher::Event<K>, project: fn(K) -> T) -> watcher
     }
 }
 
-/// Annotation `kubectl apply` keeps the whole previous object in.
-const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Removes server-side bookkeeping no controller reads: managed fields and kubectl's last-applied copy.
-pub fn trim_metadata<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED_ANNOTATION);
-    }
-}
-
-/// [`trim_metadata`] applied to an owned object.
-fn trimmed<K: Resource>(mut obj: K) -> K {
-    trim_metadata(&mut obj);
-    obj
-}
-
 struct Inner {
     client: kube::Client,
     nodes: Arc<Informer<Node, CachedNode>>,
@@ -377,7 +361,6 @@ impl SharedInformers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
     #[tokio::test]
     async fn a_subscriber_that_falls_behind_gets_one_resync_instead_of_unbounded_events() {
@@ -402,23 +385,5 @@ mod tests {
             !subscriber.deliver(InformerEvent::Resynced),
             "a gone subscriber is dropped"
         );
-    }
-
-    #[test]
-    fn trimming_drops_server_bookkeeping() {
-        let mut service = Service::default();
-        service.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-        service.metadata.annotations = Some(
-            [
-                (LAST_APPLIED_ANNOTATION.to_string(), "{}".to_string()),
-                ("keep".to_string(), "me".to_string()),
-            ]
-            .into(),
-        );
-        let service = trimmed(service);
-        assert!(service.metadata.managed_fields.is_none());
-        let annotations = service.metadata.annotations.as_ref().unwrap();
-        assert_eq!(annotations.len(), 1);
-        assert_eq!(annotations["keep"], "me");
     }
 }

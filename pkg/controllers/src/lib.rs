@@ -38,7 +38,9 @@ pub mod timed_cloud;
 pub mod workqueue;
 pub mod workqueue_metrics;
 
+mod bulk_lookup;
 mod run;
+mod trim;
 
 pub use cached_node::CachedNode;
 pub use context::{

@@ -10,17 +10,15 @@ use aws_sdk_ec2::types::Filter;
 use cloud_provider::{
     CloudProvider, Instances, InstancesV2, LoadBalancer, PvLabeler, Routes, Zones,
 };
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::client::{AwsClients, build_clients, discover_region, https_client, imds_client};
 use crate::config::{CloudConfig, ConfigError};
+use crate::ec2_instance::InstanceCache;
 use crate::error::{ApiError, SdkResultExt};
-use crate::instances::InstanceCache;
 use crate::metrics::AwsMetrics;
-use crate::tagging::ClusterTagging;
-
-/// The name the provider registers under (`--cloud-provider aws`); provider IDs are `aws:///<zone>/<id>`.
-pub const PROVIDER_NAME: &str = "aws";
+pub use crate::provider_id::PROVIDER_NAME;
+use crate::tagging::{ClusterTagging, ec2_tag_pairs};
 
 /// Why the provider could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +61,12 @@ pub struct AwsCloud {
     /// Availability-zone name -> zone ID (`use1-az1`), filled on demand.
     pub(crate) zone_ids: RwLock<HashMap<String, String>>,
     pub(crate) imds: aws_config::imds::Client,
-    pub(crate) route_targets: crate::routes::RouteTargets,
+    pub(crate) route_targets: RouteTargets,
 }
+
+/// Instance ID -> node name, learnt from created routes (node names need not be private DNS names).
+#[derive(Debug, Default)]
+pub(crate) struct RouteTargets(pub(crate) Mutex<HashMap<String, String>>);
 
 impl std::fmt::Debug for AwsCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -290,18 +292,12 @@ async fn own_instance_tags(
         .send()
         .await
         .api("DescribeInstances")?;
-    Ok(out
-        .reservations()
-        .iter()
-        .flat_map(|r| r.instances())
-        .flat_map(|i| i.tags())
-        .map(|t| {
-            (
-                t.key().unwrap_or_default().to_string(),
-                t.value().unwrap_or_default().to_string(),
-            )
-        })
-        .collect())
+    Ok(ec2_tag_pairs(
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .flat_map(|i| i.tags()),
+    ))
 }
 
 impl CloudProvider for AwsCloud {

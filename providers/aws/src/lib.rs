@@ -20,12 +20,15 @@
 pub mod client;
 pub mod cloud;
 pub mod config;
+pub(crate) mod ec2_instance;
 pub mod error;
 pub mod ini;
 pub mod instances;
 pub mod load_balancer;
 pub mod metrics;
 mod mutation_gate;
+mod paginate;
+pub mod provider_id;
 pub mod routes;
 pub mod tagging;
 pub mod volumes;
@@ -34,10 +37,11 @@ use std::sync::Arc;
 
 use cloud_provider::{CloudProvider, Registry, RegistryError};
 
-pub use cloud::{AwsCloud, AwsOptions, BuildError, PROVIDER_NAME, build_from_config_bytes};
+pub use cloud::{AwsCloud, AwsOptions, BuildError, build_from_config_bytes};
 pub use config::{AwsService, CloudConfig, ConfigError, IpFamily, RetryMode, ServiceOverride};
 pub use error::ApiError;
 pub use metrics::AwsMetrics;
+pub use provider_id::PROVIDER_NAME;
 pub use tagging::ClusterTagging;
 
 /// `tracing` filter directives that keep the AWS SDK's own logs at `info` and above.

@@ -26,8 +26,6 @@ use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
-
-use crate::mutation_gate::StoppedByGate;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -251,6 +249,14 @@ fn response_is_throttled(response: &HttpResponse) -> bool {
 struct CallStart(Instant);
 
 impl Storable for CallStart {
+    type Storer = StoreReplace<Self>;
+}
+
+/// Marks a call the mutation gate stopped (so the metrics leave it out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoppedByGate;
+
+impl Storable for StoppedByGate {
     type Storer = StoreReplace<Self>;
 }
 

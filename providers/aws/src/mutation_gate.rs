@@ -9,21 +9,13 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
+use aws_smithy_types::config_bag::ConfigBag;
 use cloud_provider::MutationGate;
 
-use crate::metrics::{is_read_only, operation_name};
+use crate::metrics::{StoppedByGate, is_read_only, operation_name};
 
 /// The longest input text a dry run records of one call.
 const MAX_DETAILS: usize = 2000;
-
-/// Marks a call the gate stopped (so the metrics leave it out).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StoppedByGate;
-
-impl Storable for StoppedByGate {
-    type Storer = StoreReplace<Self>;
-}
 
 /// Passes every mutating call of the client it is installed on through the gate.
 #[derive(Debug, Clone)]

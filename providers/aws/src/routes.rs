@@ -11,11 +11,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_ec2::types::{Filter, RouteTable};
 use cloud_provider::{CloudError, Result, Route, Routes};
-use parking_lot::Mutex;
 
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
 use crate::instances::{InstanceRef, instance_ref_for_name};
+use crate::paginate::for_each_page;
 use crate::tagging::TAG_LEGACY_CLUSTER;
 
 /// A route as found in the route table.
@@ -112,10 +112,6 @@ fn is_ipv6(cidr: &str) -> bool {
     cidr.contains(':')
 }
 
-/// Instance ID -> node name, learnt from created routes (node names need not be private DNS names).
-#[derive(Debug, Default)]
-pub(crate) struct RouteTargets(Mutex<HashMap<String, String>>);
-
 impl AwsCloud {
     /// Every page of a DescribeRouteTables query.
     pub(crate) async fn describe_route_tables(
@@ -123,27 +119,22 @@ impl AwsCloud {
         filters: Vec<Filter>,
     ) -> Result<Vec<RouteTable>> {
         let mut out = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_route_tables()
-                .set_filters(Some(filters.clone()))
-                .max_results(100)
-                .set_next_token(token)
-                .send()
-                .await
-                .api("DescribeRouteTables")?;
-            out.extend(page.route_tables().iter().cloned());
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        for_each_page(
+            |token| {
+                self.clients
+                    .ec2
+                    .describe_route_tables()
+                    .set_filters(Some(filters.clone()))
+                    .max_results(100)
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| page.next_token(),
+            |page| out.extend(page.route_tables().iter().cloned()),
+        )
+        .await
+        .api("DescribeRouteTables")?;
+        Ok(out)
     }
 
     /// The route tables tagged for the cluster, as upstream finds them: `kubernetes.io/cluster/<id>` (any

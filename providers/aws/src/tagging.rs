@@ -124,6 +124,20 @@ impl ClusterTagging {
     }
 }
 
+/// EC2 tags as `(key, value)` pairs (an absent key or value reads as empty).
+pub(crate) fn ec2_tag_pairs<'a>(
+    tags: impl IntoIterator<Item = &'a aws_sdk_ec2::types::Tag>,
+) -> Vec<(String, String)> {
+    tags.into_iter()
+        .map(|t| {
+            (
+                t.key().unwrap_or_default().to_string(),
+                t.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

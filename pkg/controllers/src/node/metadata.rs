@@ -1,17 +1,15 @@
 //! Instance metadata lookups for nodes: one bulk `InstancesV2` call for a batch of nodes, or, for providers
-//! with only the v1 `Instances` interface, the individual v1 and `Zones` calls per node.
+//! with only the v1 `Instances` interface, the individual v1 and `Zones` calls per node (both through
+//! [`bulk_lookup`](crate::bulk_lookup)).
 
 use std::future::Future;
 use std::sync::Arc;
 
-use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, Instances};
-use futures::StreamExt;
+use cloud_provider::{CloudError, CloudProvider, InstanceMetadata, Instances, InstancesV2};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
+use crate::bulk_lookup::{BulkCalls, lookup_each_node};
 use crate::cached_node::CachedNode;
-
-/// Concurrent per-node lookups with the v1 interface.
-const V1_CONCURRENCY: usize = 16;
 
 /// The result of one node's lookup: `Ok(None)` when the provider has no metadata for it.
 pub type MetadataResult = Result<Option<InstanceMetadata>, CloudError>;
@@ -19,32 +17,14 @@ pub type MetadataResult = Result<Option<InstanceMetadata>, CloudError>;
 /// Looks up the metadata of every node, in input order, with one cloud call for the whole slice when the
 /// provider has `InstancesV2`.
 pub async fn lookup(cloud: &dyn CloudProvider, nodes: &[Arc<CachedNode>]) -> Vec<MetadataResult> {
-    if nodes.is_empty() {
-        return Vec::new();
-    }
-    if let Some(v2) = cloud.instances_v2() {
-        let owned: Vec<Node> = nodes.iter().map(|n| n.to_node()).collect();
-        let results = v2.instance_metadata_bulk(&owned).await;
-        return fit_bulk_results(results, nodes.len(), "metadata")
-            .into_iter()
-            .zip(nodes)
-            .map(|(result, node)| require_provider_id(node, result?))
-            .collect();
-    }
-    if let Some(v1) = cloud.instances() {
-        let lookups = nodes
-            .iter()
-            .cloned()
-            .map(|node| async move { lookup_v1(cloud, v1, &node).await });
-        return futures::stream::iter(lookups)
-            .buffered(V1_CONCURRENCY)
-            .collect()
-            .await;
-    }
-    nodes
-        .iter()
-        .map(|_| Err(CloudError::NotImplemented))
-        .collect()
+    lookup_each_node(
+        cloud,
+        nodes,
+        BulkCalls::one("metadata"),
+        bulk_metadata,
+        move |v1, node| async move { lookup_v1(cloud, v1, &node).await },
+    )
+    .await
 }
 
 /// The cloud's addresses of every node, in input order, for the periodic address sync: one bulk
@@ -54,33 +34,44 @@ pub async fn lookup_addresses(
     cloud: &dyn CloudProvider,
     nodes: &[Arc<CachedNode>],
 ) -> Vec<Result<Option<Vec<NodeAddress>>, CloudError>> {
-    if cloud.instances_v2().is_some() {
-        return lookup(cloud, nodes)
+    lookup_each_node(
+        cloud,
+        nodes,
+        BulkCalls::one("metadata"),
+        |v2, nodes, owned| async move {
+            bulk_metadata(v2, nodes, owned)
+                .await
+                .into_iter()
+                .map(|result| result.map(|md| md.map(|md| md.node_addresses)))
+                .collect()
+        },
+        |v1, node| async move {
+            let provider_id = node.provider_id().unwrap_or_default().to_string();
+            by_id_or_name(
+                "NodeAddresses",
+                v1.node_addresses_by_provider_id(&provider_id),
+                v1.node_addresses(node.name()),
+            )
             .await
-            .into_iter()
-            .map(|result| result.map(|md| md.map(|md| md.node_addresses)))
-            .collect();
-    }
-    let Some(v1) = cloud.instances() else {
-        return nodes
-            .iter()
-            .map(|_| Err(CloudError::NotImplemented))
-            .collect();
-    };
-    let lookups = nodes.iter().cloned().map(|node| async move {
-        let provider_id = node.provider_id().unwrap_or_default().to_string();
-        by_id_or_name(
-            "NodeAddresses",
-            v1.node_addresses_by_provider_id(&provider_id),
-            v1.node_addresses(node.name()),
-        )
+            .map(Some)
+        },
+    )
+    .await
+}
+
+/// One bulk `InstancesV2` metadata call for `nodes` (`owned`: their slim `Node`s), each answer checked by
+/// [`require_provider_id`].
+async fn bulk_metadata(
+    v2: &dyn InstancesV2,
+    nodes: &[Arc<CachedNode>],
+    owned: Vec<Node>,
+) -> Vec<MetadataResult> {
+    v2.instance_metadata_bulk(&owned)
         .await
-        .map(Some)
-    });
-    futures::stream::iter(lookups)
-        .buffered(V1_CONCURRENCY)
+        .into_iter()
+        .zip(nodes)
+        .map(|(result, node)| require_provider_id(node, result?))
         .collect()
-        .await
 }
 
 /// `InstancesV2` metadata must name the instance: the provider ID is set once, at initialization, and load
@@ -102,24 +93,6 @@ fn require_provider_id(node: &CachedNode, metadata: Option<InstanceMetadata>) ->
         }
     }
     Ok(Some(metadata))
-}
-
-/// A bulk answer with exactly one result per node asked about: a provider that answered with fewer results
-/// gets an error for each missing one, extra results are dropped.
-pub(crate) fn fit_bulk_results<T>(
-    mut results: Vec<Result<T, CloudError>>,
-    expected: usize,
-    what: &str,
-) -> Vec<Result<T, CloudError>> {
-    if results.len() != expected {
-        let message = format!(
-            "provider answered a bulk {what} request for {expected} nodes with {} results",
-            results.len()
-        );
-        results.truncate(expected);
-        results.resize_with(expected, || Err(CloudError::provider(message.clone())));
-    }
-    results
 }
 
 /// The provider ID of `node`: its `spec.providerID`, else `<provider>://<instance id>` from the cloud; empty

@@ -24,6 +24,7 @@ use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::bulk_lookup::{BulkCalls, lookup_each_node};
 use crate::cached_node::CachedNode;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
@@ -31,7 +32,6 @@ use crate::events::{EventRecorder, EventType};
 use crate::identity;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
-use crate::node::metadata::fit_bulk_results;
 use crate::panics::PanicGuard;
 
 /// NotReady nodes per bulk state call.
@@ -41,8 +41,6 @@ const STATE_ROUNDS: usize = 100;
 /// Fewest and most concurrent bulk state calls. Each call holds a copy of its chunk of nodes (about 0.7 MB
 /// for 250), so the concurrency bounds memory too: small clusters keep two in flight.
 const STATE_CONCURRENCY: (usize, usize) = (2, 8);
-/// Concurrent per-node calls with the v1 interface.
-const V1_CONCURRENCY: usize = 16;
 /// Concurrent node writes (taints, deletions) in one pass.
 const WRITE_CONCURRENCY: usize = 16;
 /// How long a graceful stop waits for queued events to be written.
@@ -443,36 +441,19 @@ pub async fn instance_states(
     cloud: &dyn CloudProvider,
     nodes: &[Arc<CachedNode>],
 ) -> Vec<Result<InstanceState, CloudError>> {
-    if let Some(v2) = cloud.instances_v2() {
-        let calls: Vec<_> = nodes
-            .chunks(STATE_CHUNK)
-            .map(|chunk| async move {
-                let owned: Vec<Node> = chunk.iter().map(|n| n.to_node()).collect();
-                let states = v2.instance_states(&owned).await;
-                fit_bulk_results(states, chunk.len(), "state")
-            })
-            .collect();
-        let concurrency = state_concurrency(calls.len());
-        let chunks: Vec<Vec<Result<InstanceState, CloudError>>> = futures::stream::iter(calls)
-            .buffered(concurrency)
-            .collect()
-            .await;
-        return chunks.into_iter().flatten().collect();
-    }
-    if let Some(v1) = cloud.instances() {
-        let calls = nodes
-            .iter()
-            .cloned()
-            .map(|node| async move { state_v1(cloud, v1, &node).await });
-        return futures::stream::iter(calls)
-            .buffered(V1_CONCURRENCY)
-            .collect()
-            .await;
-    }
-    nodes
-        .iter()
-        .map(|_| Err(CloudError::NotImplemented))
-        .collect()
+    let calls = BulkCalls {
+        what: "state",
+        nodes_per_call: STATE_CHUNK,
+        concurrent_calls: state_concurrency(nodes.len().div_ceil(STATE_CHUNK)),
+    };
+    lookup_each_node(
+        cloud,
+        nodes,
+        calls,
+        |v2, _, owned| async move { v2.instance_states(&owned).await },
+        move |v1, node| async move { state_v1(cloud, v1, &node).await },
+    )
+    .await
 }
 
 /// Concurrent bulk state calls for `chunks` chunks: enough to finish in about [`STATE_ROUNDS`] rounds

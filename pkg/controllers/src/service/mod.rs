@@ -645,6 +645,21 @@ impl Shared {
             return Ok(());
         }
         let balancer = self.balancer()?;
+        // A load balancer another controller implements counts as deleted here.
+        self.delete_in_cloud(balancer, service).await?;
+        self.publish_deleted(service);
+        Ok(())
+    }
+
+    /// Asks the cloud to delete the Service's load balancer, announced by a `DeletingLoadBalancer` event:
+    /// `Ok(true)` when it did, `Ok(false)` when another controller implements the load balancer
+    /// (`ImplementedElsewhere`); a failure is a [`delete_failed`](Self::delete_failed) error. The
+    /// `DeletedLoadBalancer` event is the caller's ([`publish_deleted`](Self::publish_deleted)).
+    async fn delete_in_cloud(
+        &self,
+        balancer: &dyn LoadBalancer,
+        service: &Service,
+    ) -> Result<bool, SyncError> {
         self.publish(
             service,
             EventType::Normal,
@@ -656,10 +671,14 @@ impl Shared {
             .ensure_load_balancer_deleted(&self.cluster_name, service)
             .await
         {
-            Ok(()) => {}
-            Err(CloudError::ImplementedElsewhere) => {}
-            Err(error) => return Err(self.delete_failed(service, error)),
+            Ok(()) => Ok(true),
+            Err(CloudError::ImplementedElsewhere) => Ok(false),
+            Err(error) => Err(self.delete_failed(service, error)),
         }
+    }
+
+    /// The `DeletedLoadBalancer` event that ends both delete flows.
+    fn publish_deleted(&self, service: &Service) {
         self.publish(
             service,
             EventType::Normal,
@@ -667,7 +686,6 @@ impl Shared {
             ACTION_DELETE,
             "Deleted load balancer".into(),
         );
-        Ok(())
     }
 
     fn delete_failed(&self, service: &Service, error: CloudError) -> SyncError {
@@ -732,23 +750,10 @@ impl Shared {
             })?;
         let mut acted = false;
         if existing.is_some() {
-            self.publish(
-                service,
-                EventType::Normal,
-                REASON_DELETING,
-                ACTION_DELETE,
-                "Deleting load balancer".into(),
-            );
-            match balancer
-                .ensure_load_balancer_deleted(&self.cluster_name, service)
-                .await
-            {
-                Ok(()) => acted = true,
-                Err(CloudError::ImplementedElsewhere) => {
-                    tracing::info!(service = %service_key(service),
-                        "load balancer is implemented by another controller; not deleting it");
-                }
-                Err(error) => return Err(self.delete_failed(service, error)),
+            acted = self.delete_in_cloud(balancer, service).await?;
+            if !acted {
+                tracing::info!(service = %service_key(service),
+                    "load balancer is implemented by another controller; not deleting it");
             }
         }
         // A Service that stays (its type changed) gets its ingress cleared; one being deleted goes away
@@ -772,13 +777,7 @@ impl Shared {
             acted |= release;
         }
         if acted {
-            self.publish(
-                service,
-                EventType::Normal,
-                REASON_DELETED,
-                ACTION_DELETE,
-                "Deleted load balancer".into(),
-            );
+            self.publish_deleted(service);
         }
         Ok(())
     }

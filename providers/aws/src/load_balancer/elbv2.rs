@@ -13,6 +13,7 @@ use cloud_provider::Result;
 use super::spec::{HealthCheck, Protocol};
 use crate::cloud::AwsCloud;
 use crate::error::SdkResultExt;
+use crate::paginate::for_each_page;
 
 /// Most targets per RegisterTargets / DeregisterTargets call.
 pub const TARGET_CHUNK: usize = 100;
@@ -373,54 +374,52 @@ impl AwsCloud {
     /// The listeners of a load balancer.
     pub(crate) async fn listeners(&self, lb_arn: &str) -> Result<Vec<ListenerInfo>> {
         let mut out = Vec::new();
-        let mut marker = None;
-        loop {
-            let page = self
-                .clients
-                .elb
-                .describe_listeners()
-                .load_balancer_arn(lb_arn)
-                .set_marker(marker)
-                .send()
-                .await
-                .api("DescribeListeners")?;
-            for l in page.listeners() {
-                let target_group_arn = l
-                    .default_actions()
-                    .iter()
-                    .find(|a| a.r#type() == Some(&ActionTypeEnum::Forward))
-                    .and_then(|a| {
-                        a.target_group_arn().map(str::to_string).or_else(|| {
-                            a.forward_config()
-                                .and_then(|f| f.target_groups().first())
-                                .and_then(|t| t.target_group_arn())
-                                .map(str::to_string)
-                        })
-                    });
-                out.push(ListenerInfo {
-                    arn: l.listener_arn().unwrap_or_default().to_string(),
-                    port: l.port().unwrap_or_default(),
-                    protocol: l
-                        .protocol()
-                        .map(|p| p.as_str().to_string())
-                        .unwrap_or_default(),
-                    target_group_arn,
-                    certificates: l
-                        .certificates()
-                        .iter()
-                        .filter_map(|c| c.certificate_arn())
+        for_each_page(
+            |marker| {
+                self.clients
+                    .elb
+                    .describe_listeners()
+                    .load_balancer_arn(lb_arn)
+                    .set_marker(marker)
+                    .send()
+            },
+            |page| page.next_marker(),
+            |page| out.extend(page.listeners().iter().map(Self::listener_info)),
+        )
+        .await
+        .api("DescribeListeners")?;
+        Ok(out)
+    }
+
+    /// A listener as the provider uses it.
+    fn listener_info(l: &aws_sdk_elasticloadbalancingv2::types::Listener) -> ListenerInfo {
+        let target_group_arn = l
+            .default_actions()
+            .iter()
+            .find(|a| a.r#type() == Some(&ActionTypeEnum::Forward))
+            .and_then(|a| {
+                a.target_group_arn().map(str::to_string).or_else(|| {
+                    a.forward_config()
+                        .and_then(|f| f.target_groups().first())
+                        .and_then(|t| t.target_group_arn())
                         .map(str::to_string)
-                        .collect(),
-                    ssl_policy: l.ssl_policy().map(str::to_string),
-                });
-            }
-            marker = page
-                .next_marker()
-                .filter(|m| !m.is_empty())
-                .map(str::to_string);
-            if marker.is_none() {
-                return Ok(out);
-            }
+                })
+            });
+        ListenerInfo {
+            arn: l.listener_arn().unwrap_or_default().to_string(),
+            port: l.port().unwrap_or_default(),
+            protocol: l
+                .protocol()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            target_group_arn,
+            certificates: l
+                .certificates()
+                .iter()
+                .filter_map(|c| c.certificate_arn())
+                .map(str::to_string)
+                .collect(),
+            ssl_policy: l.ssl_policy().map(str::to_string),
         }
     }
 
@@ -519,26 +518,25 @@ impl AwsCloud {
         query: impl Fn(DescribeTargetGroupsFluentBuilder) -> DescribeTargetGroupsFluentBuilder,
     ) -> Result<Vec<TargetGroupInfo>> {
         let mut out = Vec::new();
-        let mut marker = None;
-        loop {
-            let request = query(self.clients.elb.describe_target_groups()).set_marker(marker);
-            let page = match request.send().await.api("DescribeTargetGroups") {
-                Ok(page) => page,
-                // AWS lists nothing for a load balancer without target groups; moto answers
-                // TargetGroupNotFound.
-                Err(e) if e.is_code("LoadBalancerNotFound") || e.is_code("TargetGroupNotFound") => {
-                    return Ok(out);
-                }
-                Err(e) => return Err(e.into()),
-            };
-            out.extend(page.target_groups().iter().map(Self::target_group_info));
-            marker = page
-                .next_marker()
-                .filter(|m| !m.is_empty())
-                .map(str::to_string);
-            if marker.is_none() {
-                return Ok(out);
+        let listed = for_each_page(
+            |marker| {
+                query(self.clients.elb.describe_target_groups())
+                    .set_marker(marker)
+                    .send()
+            },
+            |page| page.next_marker(),
+            |page| out.extend(page.target_groups().iter().map(Self::target_group_info)),
+        )
+        .await
+        .api("DescribeTargetGroups");
+        match listed {
+            Ok(()) => Ok(out),
+            // AWS lists nothing for a load balancer without target groups; moto answers
+            // TargetGroupNotFound.
+            Err(e) if e.is_code("LoadBalancerNotFound") || e.is_code("TargetGroupNotFound") => {
+                Ok(out)
             }
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -36,7 +36,9 @@ use self::spec::{
 };
 use self::subnets::SubnetInfo;
 use crate::cloud::AwsCloud;
-use crate::instances::{Ec2Instance, InstanceRef, instance_id_from_provider_id};
+use crate::ec2_instance::Ec2Instance;
+use crate::instances::InstanceRef;
+use crate::provider_id::instance_id_from_provider_id;
 use crate::tagging::TAG_SERVICE_NAME;
 
 /// The Service's status: the load balancer's DNS name while it is provisioning or active (its only

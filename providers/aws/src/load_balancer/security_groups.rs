@@ -29,8 +29,10 @@ use super::naming::{RULE_CLIENT, RULE_MTU, client_rule_description, health_rule_
 use super::rule_budget::{GroupRole, IngressChange, RuleCount};
 use super::spec::{LbSpec, Protocol};
 use crate::cloud::{AwsCloud, filter};
+use crate::ec2_instance::Ec2Instance;
 use crate::error::SdkResultExt;
-use crate::instances::Ec2Instance;
+use crate::paginate::for_each_page;
+use crate::tagging::ec2_tag_pairs;
 
 /// What a rule admits (the description is not part of it: EC2 refuses two rules differing only in that).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -267,16 +269,7 @@ impl From<&SecurityGroup> for GroupInfo {
         }
         GroupInfo {
             id: g.group_id().unwrap_or_default().to_string(),
-            tags: g
-                .tags()
-                .iter()
-                .map(|t| {
-                    (
-                        t.key().unwrap_or_default().to_string(),
-                        t.value().unwrap_or_default().to_string(),
-                    )
-                })
-                .collect(),
+            tags: ec2_tag_pairs(g.tags()),
             rules,
             ingress: RuleCount::of_permissions(g.ip_permissions()),
         }
@@ -356,28 +349,25 @@ impl AwsCloud {
         vpc_id: &str,
     ) -> Result<HashMap<String, SecurityGroup>> {
         let mut out = HashMap::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_security_groups()
-                .filters(filter("vpc-id", [vpc_id]))
-                .set_next_token(token)
-                .send()
-                .await
-                .api("DescribeSecurityGroups")?;
-            for g in page.security_groups() {
-                out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        for_each_page(
+            |token| {
+                self.clients
+                    .ec2
+                    .describe_security_groups()
+                    .filters(filter("vpc-id", [vpc_id]))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| page.next_token(),
+            |page| {
+                for g in page.security_groups() {
+                    out.insert(g.group_id().unwrap_or_default().to_string(), g.clone());
+                }
+            },
+        )
+        .await
+        .api("DescribeSecurityGroups")?;
+        Ok(out)
     }
 
     /// The security groups of the VPC with their rules.

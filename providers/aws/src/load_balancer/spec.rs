@@ -13,7 +13,6 @@ use cloud_provider::annotations::{
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 
-use super::classic::spec::ANN_EXTRA_SECURITY_GROUPS;
 use crate::config::ClusterHealthProbe;
 
 /// `nlb` (a network load balancer), `nlb-ip` or `external` (the AWS Load Balancer Controller's); anything
@@ -84,6 +83,10 @@ pub const ANN_TARGET_NODE_LABELS: &str =
 /// its own.
 pub const ANN_SECURITY_GROUPS: &str =
     "service.beta.kubernetes.io/aws-load-balancer-security-groups";
+/// Security groups added to a classic load balancer's own (or annotated) ones; network load balancers
+/// refuse it.
+pub const ANN_EXTRA_SECURITY_GROUPS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-extra-security-groups";
 
 /// Target-group attributes the target-group-attributes annotation may set, with their value checks.
 const TARGET_GROUP_ATTRIBUTES: &[(&str, AttrKind)] = &[

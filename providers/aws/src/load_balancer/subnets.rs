@@ -14,7 +14,8 @@ use ipnet::IpNet;
 use super::spec::{ANN_SUBNETS, SpecError};
 use crate::cloud::{AwsCloud, filter};
 use crate::error::SdkResultExt;
-use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB};
+use crate::paginate::for_each_page;
+use crate::tagging::{ClusterTagging, TAG_ROLE_ELB, TAG_ROLE_INTERNAL_ELB, ec2_tag_pairs};
 
 /// The zone type of regular availability zones.
 const REGULAR_ZONE_TYPE: &str = "availability-zone";
@@ -110,43 +111,31 @@ impl AwsCloud {
         filters: Vec<aws_sdk_ec2::types::Filter>,
     ) -> Result<Vec<SubnetInfo>> {
         let mut out = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .clients
-                .ec2
-                .describe_subnets()
-                .set_filters(Some(filters.clone()))
-                .set_next_token(token)
-                .send()
-                .await
-                .api("DescribeSubnets")?;
-            for s in page.subnets() {
-                out.push(SubnetInfo {
-                    id: s.subnet_id().unwrap_or_default().to_string(),
-                    zone: s.availability_zone().unwrap_or_default().to_string(),
-                    cidr: s.cidr_block().and_then(|c| c.parse().ok()),
-                    tags: s
-                        .tags()
-                        .iter()
-                        .map(|t| {
-                            (
-                                t.key().unwrap_or_default().to_string(),
-                                t.value().unwrap_or_default().to_string(),
-                            )
-                        })
-                        .collect(),
-                    public: false,
-                });
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+        for_each_page(
+            |token| {
+                self.clients
+                    .ec2
+                    .describe_subnets()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .send()
+            },
+            |page| page.next_token(),
+            |page| {
+                for s in page.subnets() {
+                    out.push(SubnetInfo {
+                        id: s.subnet_id().unwrap_or_default().to_string(),
+                        zone: s.availability_zone().unwrap_or_default().to_string(),
+                        cidr: s.cidr_block().and_then(|c| c.parse().ok()),
+                        tags: ec2_tag_pairs(s.tags()),
+                        public: false,
+                    });
+                }
+            },
+        )
+        .await
+        .api("DescribeSubnets")?;
+        Ok(out)
     }
 
     /// The IDs of the VPC's subnets routed to an internet gateway (explicitly associated route table, else

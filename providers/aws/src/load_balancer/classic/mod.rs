@@ -20,7 +20,7 @@ use self::elb::{ClassicLb, NewClassicLb};
 use self::security_groups::{NodeRules, NodeRulesChanges, PieceChanges};
 use self::spec::{ClassicSpec, PROXY_PROTOCOL_POLICY, SSL_NEGOTIATION_POLICY_PREFIX};
 use crate::cloud::AwsCloud;
-use crate::instances::Ec2Instance;
+use crate::ec2_instance::Ec2Instance;
 use crate::load_balancer::spec::{ANN_TYPE, SpecError};
 use crate::tagging::TAG_SERVICE_NAME;
 

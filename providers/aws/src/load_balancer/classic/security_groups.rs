@@ -26,8 +26,8 @@ use ipnet::IpNet;
 use super::spec::ClassicSpec;
 
 use crate::cloud::{AwsCloud, filter};
+use crate::ec2_instance::Ec2Instance;
 use crate::error::SdkResultExt;
-use crate::instances::Ec2Instance;
 use crate::load_balancer::rule_budget::{GroupRole, IngressChange, RuleCount};
 use crate::load_balancer::security_groups::{GroupInfo, instance_group};
 

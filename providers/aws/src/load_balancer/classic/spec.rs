@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
 use crate::config::ClusterHealthProbe;
+pub use crate::load_balancer::spec::ANN_EXTRA_SECURITY_GROUPS;
 use crate::load_balancer::spec::{
     ANN_ACCESS_LOG_BUCKET, ANN_ACCESS_LOG_ENABLED, ANN_ACCESS_LOG_PREFIX, ANN_ADDITIONAL_TAGS,
     ANN_BACKEND_PROTOCOL, ANN_CROSS_ZONE, ANN_HC_HEALTHY, ANN_HC_INTERVAL, ANN_HC_PATH,
@@ -34,9 +35,6 @@ pub const ANN_CONNECTION_IDLE_TIMEOUT: &str =
 /// Minutes between access-log deliveries (5 or 60).
 pub const ANN_ACCESS_LOG_EMIT_INTERVAL: &str =
     "service.beta.kubernetes.io/aws-load-balancer-access-log-emit-interval";
-/// Security groups added to the load balancer's own (or annotated) ones.
-pub const ANN_EXTRA_SECURITY_GROUPS: &str =
-    "service.beta.kubernetes.io/aws-load-balancer-extra-security-groups";
 
 /// Name of the backend policy that turns the proxy protocol on.
 pub const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
