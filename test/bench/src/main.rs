@@ -18,6 +18,7 @@ mod cluster;
 mod daemon;
 mod fake_admin;
 mod report;
+mod runner;
 mod scale;
 mod scenario;
 mod tracker;
@@ -170,7 +171,7 @@ impl Args {
                 Kind::Chaos => {
                     s.objects = self.nodes.unwrap_or(s.objects);
                     s.services = self.services.unwrap_or(s.services);
-                    s.chaos = chaos::ChaosOptions {
+                    s.chaos = scenario::ChaosOptions {
                         cloud_error_percent: self.cloud_error_percent,
                         api_error_percent: self.api_error_percent,
                         fault_seconds: self.fault_seconds,
@@ -299,7 +300,7 @@ async fn run_all(scenarios: &[Scenario], settings: &RunSettings, label: &str) ->
     let mut outcomes = Vec::new();
     for s in scenarios {
         eprintln!("[{}{label}] {}", s.id, s.title());
-        let mut outcome = match scenario::run(s, settings).await {
+        let mut outcome = match runner::run(s, settings).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 eprintln!("[{}{label}] failed: {error:#}", s.id);

@@ -29,7 +29,7 @@ use kube::{Api, ResourceExt};
 use crate::cluster::{Cluster, describe_requests, event_requests, total_without_leases};
 use crate::daemon::{Daemon, DaemonSpec, process_cpu_seconds};
 use crate::fake_admin::{FakeAdmin, free_port};
-use crate::report::{Outcome, load_average, percentile};
+use crate::report::{Outcome, percentile};
 use crate::tracker::{Goal, Tracker};
 use crate::workload::{
     self, ExplicitInstances, INSTANCE_TYPE, PROVIDER_PREFIX, TAINT_SHUTDOWN, ZONE, has_taint,
@@ -66,6 +66,27 @@ pub enum Kind {
     Chaos,
 }
 
+/// The knobs of the chaos scenario beyond its sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChaosOptions {
+    /// Percent of the calls of every cloud operation that fail.
+    pub cloud_error_percent: u32,
+    /// Percent of the writes of Nodes, Services and Events that the API server fails.
+    pub api_error_percent: u32,
+    /// How long the faults go on after the restarted daemon took the Lease, seconds.
+    pub fault_seconds: u64,
+}
+
+impl Default for ChaosOptions {
+    fn default() -> Self {
+        ChaosOptions {
+            cloud_error_percent: 30,
+            api_error_percent: 10,
+            fault_seconds: 30,
+        }
+    }
+}
+
 /// One scenario's parameters.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -92,7 +113,7 @@ pub struct Scenario {
     /// Chaos: Services created (the Nodes are `objects`).
     pub services: usize,
     /// Chaos: fault rates and duration.
-    pub chaos: crate::chaos::ChaosOptions,
+    pub chaos: ChaosOptions,
     /// NodeInit: Nodes, LoadBalancers: Services created per second (0: all at once).
     pub create_rate: f64,
     /// NodeChange: seconds of steady state measured before the Node changes.
@@ -124,7 +145,7 @@ impl Scenario {
             terminated_percent: 5,
             lb_nodes: 100,
             services: 0,
-            chaos: crate::chaos::ChaosOptions::default(),
+            chaos: ChaosOptions::default(),
             create_rate: 0.0,
             steady_seconds: 30,
             cloud_adds_addresses: false,
@@ -326,39 +347,6 @@ pub struct RunSettings {
     /// Whether dying of the SIGTERM that stops it counts as a clean stop (the Go peer's runtime does not
     /// handle the signal; ours must exit 0).
     pub sigterm_death_is_clean: bool,
-}
-
-/// Runs one scenario; a scenario that cannot run at all is an error, wrong end states are failures in the
-/// outcome.
-pub async fn run(scenario: &Scenario, settings: &RunSettings) -> anyhow::Result<Outcome> {
-    if scenario.kind == Kind::Chaos {
-        return crate::chaos::run(scenario, settings).await;
-    }
-    let load = load_average();
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("ccm-bench-{}-", scenario.id))
-        .tempdir()
-        .context("cannot create a temporary directory")?;
-    let cluster = Cluster::start(dir.path(), settings.realkube.as_deref()).await?;
-    let result = match scenario.kind {
-        Kind::Startup => crate::scale::run_startup(scenario, settings, &cluster, dir.path()).await,
-        Kind::NodeChange => {
-            crate::scale::run_node_change(scenario, settings, &cluster, dir.path()).await
-        }
-        _ => run_on(scenario, settings, &cluster, dir.path()).await,
-    };
-    let own_rss = crate::daemon::Daemon::process_rss_kib(std::process::id());
-    cluster.shutdown().await;
-    let mut outcome = result?;
-    outcome.load = load;
-    if let (Some(rss), None) = (own_rss, settings.realkube.as_ref()) {
-        outcome.notes.push(format!(
-            "the benchmark process (the in-memory API server with every object, the workload, the watches) \
-             was {:.1} MiB resident at the end",
-            rss as f64 / 1024.0
-        ));
-    }
-    Ok(outcome)
 }
 
 /// Objects created by the benchmark and when each create request was sent.
@@ -724,7 +712,8 @@ pub(crate) async fn record_traffic(cluster: &Cluster, admin: &FakeAdmin, outcome
         .join(", ");
 }
 
-async fn run_on(
+/// Runs a measuring scenario (a to d-paced, e, e-pass) on `cluster`.
+pub(crate) async fn run_on(
     scenario: &Scenario,
     settings: &RunSettings,
     cluster: &Cluster,

@@ -42,7 +42,7 @@ use crate::cluster::Cluster;
 use crate::daemon::DaemonSpec;
 use crate::fake_admin::free_port;
 use crate::report::{Outcome, load_average};
-use crate::scenario::{RunSettings, Scenario};
+use crate::scenario::{ChaosOptions, RunSettings, Scenario};
 use crate::tracker::{Goal, Tracker};
 use crate::workload::{
     ExplicitInstances, ingress_of, is_uninitialized, load_balancer_service, node_name, tainted_node,
@@ -81,27 +81,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// The Lease of the daemon's leader election.
 const LEASE_NAMESPACE: &str = "kube-system";
 const LEASE_NAME: &str = "cloud-controller-manager";
-
-/// The knobs of the chaos scenario beyond its sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChaosOptions {
-    /// Percent of the calls of every cloud operation that fail.
-    pub cloud_error_percent: u32,
-    /// Percent of the writes of Nodes, Services and Events that the API server fails.
-    pub api_error_percent: u32,
-    /// How long the faults go on after the restarted daemon took the Lease, seconds.
-    pub fault_seconds: u64,
-}
-
-impl Default for ChaosOptions {
-    fn default() -> Self {
-        ChaosOptions {
-            cloud_error_percent: 30,
-            api_error_percent: 10,
-            fault_seconds: 30,
-        }
-    }
-}
 
 /// When things happened.
 #[derive(Debug, Clone, Copy)]
