@@ -2,6 +2,7 @@
 //! daemon exits with code 2 (a usage error) when any is found.
 
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -279,12 +280,13 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
     })
 }
 
-fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> usize {
-    match usize::try_from(value) {
-        Ok(count) if count >= 1 => count,
-        _ => {
+/// A count of workers: at least 1.
+fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> NonZeroUsize {
+    match usize::try_from(value).ok().and_then(NonZeroUsize::new) {
+        Some(count) => count,
+        None => {
             errors.push(format!("{flag} must be at least 1, got {value}"));
-            1
+            NonZeroUsize::MIN
         }
     }
 }
@@ -712,7 +714,7 @@ mod tests {
         assert_eq!(config.cloud_config, None);
         assert_eq!(config.controller_config.cluster_cidrs.len(), 2);
         assert!(config.controller_config.allocate_node_cidrs);
-        assert_eq!(config.controller_config.concurrent_node_syncs, 4);
+        assert_eq!(config.controller_config.concurrent_node_syncs.get(), 4);
         assert_eq!(config.controller_config.node_deletion_max_percent, 0);
         assert_eq!(config.controller_config.cluster_name, "kubernetes");
         assert_eq!(

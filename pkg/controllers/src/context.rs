@@ -9,12 +9,14 @@
 //! every call runs under `--cloud-call-timeout` and is reported by the controller's health check.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::{DryRunLog, ObjectKey};
 
 use crate::cloud_calls::CloudCalls;
+use crate::config::defaults;
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
@@ -50,10 +52,10 @@ pub struct ControllerConfig {
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
     pub route_reconciliation_period: Duration,
-    /// `--concurrent-node-syncs`: node controller workers (at least 1).
-    pub concurrent_node_syncs: usize,
-    /// `--concurrent-service-syncs`: service controller workers (at least 1).
-    pub concurrent_service_syncs: usize,
+    /// `--concurrent-node-syncs`: node controller workers.
+    pub concurrent_node_syncs: NonZeroUsize,
+    /// `--concurrent-service-syncs`: service controller workers.
+    pub concurrent_service_syncs: NonZeroUsize,
     /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
     pub node_deletion_max_percent: u32,
     /// `--cloud-call-timeout`: how long one cloud provider call of a controller may take before it is
@@ -125,8 +127,8 @@ impl Default for ControllerConfig {
             instance_exists_grace_period: Duration::ZERO,
             node_status_update_frequency: Duration::from_secs(5 * 60),
             route_reconciliation_period: Duration::from_secs(10),
-            concurrent_node_syncs: 1,
-            concurrent_service_syncs: 1,
+            concurrent_node_syncs: defaults::CONCURRENT_NODE_SYNCS,
+            concurrent_service_syncs: defaults::CONCURRENT_SERVICE_SYNCS,
             node_deletion_max_percent: 50,
             cloud_call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
             controller_clients: ControllerClients::default(),

@@ -22,7 +22,7 @@ async fn node_fault_run_every_node_ends_initialized() {
         FaultSpec::errors(0.3, FaultKind::Provider).with_latency(Duration::from_millis(5)),
     );
     let mut config = test_config();
-    config.concurrent_node_syncs = 4;
+    config.concurrent_node_syncs = std::num::NonZeroUsize::new(4).unwrap();
     config.node_monitor_period = Duration::from_millis(200);
     let (h, cloud) = Harness::with_fake(
         fake,

@@ -223,7 +223,7 @@ impl CloudNodeController {
             _ = shutdown.cancelled() => return Ok(()),
             synced = informers.wait_nodes_synced() => synced?,
         }
-        let workers = inner.ctx.config.concurrent_node_syncs.max(1);
+        let workers = inner.ctx.config.concurrent_node_syncs.get();
         tracing::info!(
             workers,
             nodes = inner.store.len(),

@@ -26,7 +26,7 @@ pub fn test_config() -> ControllerConfig {
     ControllerConfig {
         node_monitor_period: Duration::from_millis(100),
         node_status_update_frequency: Duration::from_secs(3600),
-        concurrent_node_syncs: 2,
+        concurrent_node_syncs: std::num::NonZeroUsize::new(2).unwrap(),
         ..ControllerConfig::default()
     }
 }
