@@ -111,12 +111,57 @@ pub struct ValidationErrors(pub Vec<String>);
 /// appear in the message for an empty or `external` `--cloud-provider`).
 pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, ValidationErrors> {
     let mut errors = Vec::new();
+    let cloud_provider = validate_cloud_provider(options, providers, &mut errors);
+    let kube_api_burst = validate_kube_api(options, &mut errors);
+    let controllers = validate_controllers(options, &mut errors);
+    let controller_config = validate_controller_config(options, &mut errors);
+    let leader_election = if options.leader_elect {
+        validate_leader_election(options, &mut errors)
+    } else {
+        None
+    };
+    let serving = validate_serving(options, &mut errors);
+
+    let (Some(kube_api_burst), Some(controller_config), true) =
+        (kube_api_burst, controller_config, errors.is_empty())
+    else {
+        return Err(ValidationErrors(errors));
+    };
+    Ok(AppConfig {
+        cloud_provider,
+        cloud_config: non_empty_path(&options.cloud_config),
+        allow_untagged_cloud: options.allow_untagged_cloud,
+        kubeconfig: non_empty_path(&options.kubeconfig),
+        master: options.master.clone().filter(|m| !m.is_empty()),
+        kube_api_qps: options.kube_api_qps,
+        kube_api_burst,
+        use_service_account_credentials: options.use_service_account_credentials,
+        controllers,
+        controller_config: Arc::new(controller_config),
+        leader_election,
+        serving,
+        verbosity: options.verbosity,
+        log_format: options.log_format,
+        dry_run: options.dry_run.then_some(options.dry_run_output),
+    })
+}
+
+/// A path flag's value; an empty one means "not given", as upstream treats it.
+fn non_empty_path(path: &Option<PathBuf>) -> Option<PathBuf> {
+    path.clone().filter(|p| !p.as_os_str().is_empty())
+}
+
+/// `--cloud-provider`, trimmed: neither empty nor `external`.
+fn validate_cloud_provider(
+    options: &Options,
+    providers: &[String],
+    errors: &mut Vec<String>,
+) -> String {
     let known = if providers.is_empty() {
         "none".to_string()
     } else {
         providers.join(", ")
     };
-
     let cloud_provider = options
         .cloud_provider
         .as_deref()
@@ -134,7 +179,11 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             RegistryError::External
         ));
     }
+    cloud_provider
+}
 
+/// `--master` (a URL), `--kube-api-qps` (greater than 0) and `--kube-api-burst` (at least 1, returned).
+fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<u32> {
     if let Some(master) = &options.master
         && (master.parse::<http::Uri>().is_err() || !master.contains("://"))
     {
@@ -148,147 +197,131 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             options.kube_api_qps
         ));
     }
-    let kube_api_burst = match u32::try_from(options.kube_api_burst) {
-        Ok(burst) if burst >= 1 => burst,
+    match u32::try_from(options.kube_api_burst) {
+        Ok(burst) if burst >= 1 => Some(burst),
         _ => {
             errors.push(format!(
                 "--kube-api-burst must be at least 1, got {}",
                 options.kube_api_burst
             ));
-            1
+            None
         }
-    };
+    }
+}
 
-    let controllers = match ControllerSelection::parse(&options.controllers) {
+/// The `--controllers` entries (which controllers they name is checked once the provider is known).
+fn validate_controllers(options: &Options, errors: &mut Vec<String>) -> ControllerSelection {
+    match ControllerSelection::parse(&options.controllers) {
         Ok(controllers) => controllers,
         Err(message) => {
             errors.push(message);
             ControllerSelection::parse(&[]).expect("no entries")
         }
-    };
+    }
+}
 
+/// The settings of the controllers, in flag order: `--cluster-name` to `--node-deletion-max-percent`.
+/// `None` when one of them is bad (its error is in `errors`).
+fn validate_controller_config(
+    options: &Options,
+    errors: &mut Vec<String>,
+) -> Option<ControllerConfig> {
     if options.cluster_name.trim().is_empty() {
         errors.push("--cluster-name must not be empty".to_string());
     }
-    let cluster_cidrs = match parse_cluster_cidrs(&options.cluster_cidr) {
-        Ok(cidrs) => cidrs,
-        Err(message) => {
-            errors.push(message);
-            Vec::new()
-        }
-    };
-    for (flag, value) in [
-        ("--node-monitor-period", options.node_monitor_period),
-        (
-            "--node-status-update-frequency",
-            options.node_status_update_frequency,
-        ),
-        (
-            "--route-reconciliation-period",
-            options.route_reconciliation_period,
-        ),
-    ] {
-        if value.is_zero() {
-            errors.push(format!("{flag} must be greater than 0"));
-        }
-    }
-    let cloud_call_timeout = options.cloud_call_timeout;
-    if cloud_call_timeout.is_zero() {
-        errors.push("--cloud-call-timeout must be greater than 0".to_string());
-    } else if cloud_call_timeout > MAX_CLOUD_CALL_TIMEOUT {
-        errors.push(format!(
-            "--cloud-call-timeout must be at most {}, got {}",
-            format_duration(MAX_CLOUD_CALL_TIMEOUT),
-            format_duration(cloud_call_timeout)
-        ));
-    }
+    let cluster_cidrs = parse_cluster_cidrs(&options.cluster_cidr)
+        .map_err(|message| errors.push(message))
+        .ok();
+    let node_monitor_period = period("--node-monitor-period", options.node_monitor_period, errors);
+    let node_status_update_frequency = period(
+        "--node-status-update-frequency",
+        options.node_status_update_frequency,
+        errors,
+    );
+    let route_reconciliation_period = period(
+        "--route-reconciliation-period",
+        options.route_reconciliation_period,
+        errors,
+    );
+    let cloud_call_timeout = cloud_call_timeout(options.cloud_call_timeout, errors);
     let concurrent_node_syncs = positive_count(
         "--concurrent-node-syncs",
         options.concurrent_node_syncs,
-        &mut errors,
+        errors,
     );
     let concurrent_service_syncs = positive_count(
         "--concurrent-service-syncs",
         options.concurrent_service_syncs,
-        &mut errors,
+        errors,
     );
-    let node_deletion_max_percent = match u32::try_from(options.node_deletion_max_percent) {
-        Ok(percent) if percent <= 100 => percent,
-        _ => {
-            errors.push(format!(
-                "--node-deletion-max-percent must be between 0 and 100, got {}",
-                options.node_deletion_max_percent
-            ));
-            0
-        }
-    };
-
-    let leader_election = if options.leader_elect {
-        validate_leader_election(options, &mut errors)
-    } else {
-        None
-    };
-
-    let serving = validate_serving(options, &mut errors);
-
-    if !errors.is_empty() {
-        return Err(ValidationErrors(errors));
-    }
-
-    let controller_config = ControllerConfig {
+    let node_deletion_max_percent = percent(
+        "--node-deletion-max-percent",
+        options.node_deletion_max_percent,
+        errors,
+    );
+    Some(ControllerConfig {
         cluster_name: options.cluster_name.trim().to_string(),
-        cluster_cidrs,
+        cluster_cidrs: cluster_cidrs?,
         allocate_node_cidrs: options.allocate_node_cidrs,
         configure_cloud_routes: options.configure_cloud_routes,
-        node_monitor_period: options.node_monitor_period,
+        node_monitor_period: node_monitor_period?,
         instance_exists_grace_period: options.instance_exists_grace_period,
-        node_status_update_frequency: options.node_status_update_frequency,
-        route_reconciliation_period: options.route_reconciliation_period,
-        concurrent_node_syncs,
-        concurrent_service_syncs,
-        node_deletion_max_percent,
-        cloud_call_timeout,
+        node_status_update_frequency: node_status_update_frequency?,
+        route_reconciliation_period: route_reconciliation_period?,
+        concurrent_node_syncs: concurrent_node_syncs?,
+        concurrent_service_syncs: concurrent_service_syncs?,
+        node_deletion_max_percent: node_deletion_max_percent?,
+        cloud_call_timeout: cloud_call_timeout?,
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
         event_clients: Default::default(),
         // A dry run's log is made when the dry run starts.
         dry_run: None,
-    };
-
-    Ok(AppConfig {
-        cloud_provider,
-        cloud_config: options
-            .cloud_config
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        allow_untagged_cloud: options.allow_untagged_cloud,
-        kubeconfig: options
-            .kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        master: options.master.clone().filter(|m| !m.is_empty()),
-        kube_api_qps: options.kube_api_qps,
-        kube_api_burst,
-        use_service_account_credentials: options.use_service_account_credentials,
-        controllers,
-        controller_config: Arc::new(controller_config),
-        leader_election,
-        serving,
-        verbosity: options.verbosity,
-        log_format: options.log_format,
-        dry_run: options.dry_run.then_some(options.dry_run_output),
     })
 }
 
-/// A count of workers: at least 1.
-fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> NonZeroUsize {
-    match usize::try_from(value).ok().and_then(NonZeroUsize::new) {
-        Some(count) => count,
-        None => {
-            errors.push(format!("{flag} must be at least 1, got {value}"));
-            NonZeroUsize::MIN
-        }
+/// The period of a controller's loop: greater than 0.
+fn period(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
+    if value.is_zero() {
+        errors.push(format!("{flag} must be greater than 0"));
+        return None;
     }
+    Some(value)
+}
+
+/// `--cloud-call-timeout`: greater than 0, at most [`MAX_CLOUD_CALL_TIMEOUT`].
+fn cloud_call_timeout(value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
+    if value.is_zero() {
+        errors.push("--cloud-call-timeout must be greater than 0".to_string());
+        None
+    } else if value > MAX_CLOUD_CALL_TIMEOUT {
+        errors.push(format!(
+            "--cloud-call-timeout must be at most {}, got {}",
+            format_duration(MAX_CLOUD_CALL_TIMEOUT),
+            format_duration(value)
+        ));
+        None
+    } else {
+        Some(value)
+    }
+}
+
+/// A count of workers: at least 1.
+fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<NonZeroUsize> {
+    let count = usize::try_from(value).ok().and_then(NonZeroUsize::new);
+    if count.is_none() {
+        errors.push(format!("{flag} must be at least 1, got {value}"));
+    }
+    count
+}
+
+/// A share in percent: 0 to 100.
+fn percent(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<u32> {
+    let percent = u32::try_from(value).ok().filter(|percent| *percent <= 100);
+    if percent.is_none() {
+        errors.push(format!("{flag} must be between 0 and 100, got {value}"));
+    }
+    percent
 }
 
 /// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR.
@@ -396,14 +429,8 @@ fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<Servi
             None
         }
     };
-    let cert = options
-        .tls_cert_file
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty());
-    let key = options
-        .tls_private_key_file
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty());
+    let cert = non_empty_path(&options.tls_cert_file);
+    let key = non_empty_path(&options.tls_private_key_file);
     let cert_and_key = match (cert, key) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (None, None) => None,
@@ -434,14 +461,8 @@ fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<Servi
     Some(ServingSettings {
         address: SocketAddr::new(ip, port),
         cert_and_key,
-        authentication_kubeconfig: options
-            .authentication_kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        authorization_kubeconfig: options
-            .authorization_kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
+        authentication_kubeconfig: non_empty_path(&options.authentication_kubeconfig),
+        authorization_kubeconfig: non_empty_path(&options.authorization_kubeconfig),
         authentication_skip_lookup: options.authentication_skip_lookup,
         always_allow_paths: options.authorization_always_allow_paths.clone(),
     })
