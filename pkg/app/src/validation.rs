@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{ControllerConfig, MAX_CLOUD_CALL_TIMEOUT};
+use cloud_controllers::{ControllerConfig, MAX_CLOUD_CALL_TIMEOUT, Period, PeriodError};
 use cloud_provider::RegistryError;
 use ipnet::IpNet;
 
@@ -233,7 +233,7 @@ fn validate_controller_config(
         .map_err(|message| errors.push(message))
         .ok();
     let node_monitor_period = period("--node-monitor-period", options.node_monitor_period, errors);
-    let node_status_update_frequency = period(
+    let node_status_update_frequency = non_zero(
         "--node-status-update-frequency",
         options.node_status_update_frequency,
         errors,
@@ -280,8 +280,24 @@ fn validate_controller_config(
     })
 }
 
-/// The period of a controller's loop: greater than 0.
-fn period(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
+/// The period of a controller's pass: at least [`Period::MIN`] (a shorter one is refused, never raised).
+fn period(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Period> {
+    Period::new(value)
+        .map_err(|error| {
+            errors.push(match error {
+                PeriodError::Zero => format!("{flag} must be greater than 0"),
+                PeriodError::TooShort { got } => format!(
+                    "{flag} must be at least {}, got {}",
+                    format_duration(Period::MIN),
+                    format_duration(got)
+                ),
+            })
+        })
+        .ok()
+}
+
+/// A duration greater than 0.
+fn non_zero(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
     if value.is_zero() {
         errors.push(format!("{flag} must be greater than 0"));
         return None;
@@ -610,6 +626,14 @@ mod tests {
                 "--node-monitor-period must be greater than 0",
             ),
             (
+                &["--node-monitor-period=1ms"],
+                "--node-monitor-period must be at least 10ms, got 1ms",
+            ),
+            (
+                &["--route-reconciliation-period=9.999ms"],
+                "--route-reconciliation-period must be at least 10ms, got 9.999ms",
+            ),
+            (
                 &["--node-status-update-frequency=0"],
                 "--node-status-update-frequency must be greater than 0",
             ),
@@ -754,6 +778,33 @@ mod tests {
         assert_eq!(le.lease_duration, Duration::from_secs(2));
         assert_eq!(le.namespace, "kube-system");
         assert_eq!(le.name, "cloud-controller-manager");
+    }
+
+    /// A period the controllers would have to raise is refused at start-up; the minimum itself is taken.
+    #[test]
+    fn periods_below_the_minimum_are_start_up_errors() {
+        let errors = errors_for(&[
+            "--node-monitor-period=500us",
+            "--route-reconciliation-period=1ms",
+        ]);
+        assert_eq!(
+            errors,
+            [
+                "--node-monitor-period must be at least 10ms, got 500µs",
+                "--route-reconciliation-period must be at least 10ms, got 1ms",
+            ]
+        );
+        let config = validate(
+            &options(&[
+                "--node-monitor-period=10ms",
+                "--route-reconciliation-period=10ms",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        let controllers = &config.controller_config;
+        assert_eq!(controllers.node_monitor_period.get(), Period::MIN);
+        assert_eq!(controllers.route_reconciliation_period.get(), Period::MIN);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use cloud_provider::{DryRunLog, ObjectKey};
 
 use crate::cloud_calls::CloudCalls;
-use crate::config::defaults;
+use crate::config::{Period, defaults};
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
@@ -44,14 +44,14 @@ pub struct ControllerConfig {
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
     /// `--node-monitor-period`: period of the node-lifecycle pass.
-    pub node_monitor_period: Duration,
+    pub node_monitor_period: Period,
     /// `--instance-exists-grace-period`: how long after its creation a node is never deleted because the
     /// cloud cannot find its instance (zero: no grace).
     pub instance_exists_grace_period: Duration,
     /// `--node-status-update-frequency`: period of the node address sync.
     pub node_status_update_frequency: Duration,
     /// `--route-reconciliation-period`.
-    pub route_reconciliation_period: Duration,
+    pub route_reconciliation_period: Period,
     /// `--concurrent-node-syncs`: node controller workers.
     pub concurrent_node_syncs: NonZeroUsize,
     /// `--concurrent-service-syncs`: service controller workers.
@@ -123,10 +123,10 @@ impl Default for ControllerConfig {
             cluster_cidrs: Vec::new(),
             allocate_node_cidrs: false,
             configure_cloud_routes: true,
-            node_monitor_period: Duration::from_secs(5),
+            node_monitor_period: defaults::NODE_MONITOR_PERIOD,
             instance_exists_grace_period: Duration::ZERO,
             node_status_update_frequency: Duration::from_secs(5 * 60),
-            route_reconciliation_period: Duration::from_secs(10),
+            route_reconciliation_period: defaults::ROUTE_RECONCILIATION_PERIOD,
             concurrent_node_syncs: defaults::CONCURRENT_NODE_SYNCS,
             concurrent_service_syncs: defaults::CONCURRENT_SERVICE_SYNCS,
             node_deletion_max_percent: 50,

@@ -23,7 +23,8 @@ async fn node_fault_run_every_node_ends_initialized() {
     );
     let mut config = test_config();
     config.concurrent_node_syncs = std::num::NonZeroUsize::new(4).unwrap();
-    config.node_monitor_period = Duration::from_millis(200);
+    config.node_monitor_period =
+        cloud_controllers::Period::new(Duration::from_millis(200)).unwrap();
     let (h, cloud) = Harness::with_fake(
         fake,
         config,

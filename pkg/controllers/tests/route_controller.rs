@@ -377,7 +377,8 @@ async fn at_most_200_route_operations_run_at_once() {
     let cloud = Arc::new(RoutesOnly(SlowRoutes::default()));
     let config = ControllerConfig {
         cluster_cidrs: vec!["10.128.0.0/9".parse().unwrap()],
-        route_reconciliation_period: Duration::from_secs(60),
+        route_reconciliation_period: cloud_controllers::Period::new(Duration::from_secs(60))
+            .unwrap(),
         ..test_config()
     };
     env.run_route_controller_with(cloud.clone(), config);

@@ -142,7 +142,7 @@ async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
     env.create_node(&stopped).await;
     env.fake.stop_instance("stopped").unwrap();
     let config = ControllerConfig {
-        node_monitor_period: Duration::from_millis(100),
+        node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(100)).unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNodeLifecycle]);

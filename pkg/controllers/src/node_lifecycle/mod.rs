@@ -153,12 +153,7 @@ impl CloudNodeLifecycleController {
             self.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
             return Ok(());
         }
-        let mut ticker = tokio::time::interval(
-            self.ctx
-                .config
-                .node_monitor_period
-                .max(Duration::from_millis(10)),
-        );
+        let mut ticker = tokio::time::interval(self.ctx.config.node_monitor_period.get());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let panics = PanicGuard::new(&self.ctx, ControllerName::CloudNodeLifecycle);
         loop {

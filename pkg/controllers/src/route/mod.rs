@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::cached_node::CONDITION_NETWORK_UNAVAILABLE;
 use crate::cached_node::CachedNode;
+use crate::config::Period;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
@@ -69,7 +70,7 @@ pub struct NodeRouteController {
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
     cluster_cidrs: Vec<IpNet>,
-    period: Duration,
+    period: Period,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
     panics: PanicGuard,
@@ -178,7 +179,7 @@ impl NodeRouteController {
             changed.clone(),
             shutdown.clone(),
         ));
-        let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
+        let mut ticker = tokio::time::interval(period.get());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

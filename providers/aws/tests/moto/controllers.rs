@@ -95,7 +95,8 @@ impl Env {
             cluster_cidrs: vec![cluster_cidr.parse().unwrap()],
             allocate_node_cidrs: true,
             configure_cloud_routes: true,
-            route_reconciliation_period: Duration::from_millis(300),
+            route_reconciliation_period: cloud_controllers::Period::new(Duration::from_millis(300))
+                .unwrap(),
             ..ControllerConfig::default()
         });
         let informers = SharedInformers::new(self.client.clone());
@@ -237,7 +238,8 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     let mut env = Env::new(cloud).await;
     env.run(
         ControllerConfig {
-            node_monitor_period: Duration::from_millis(200),
+            node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(200))
+                .unwrap(),
             ..ControllerConfig::default()
         },
         &[
