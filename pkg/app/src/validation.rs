@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{ControllerConfig, MAX_CLOUD_CALL_TIMEOUT, Period, PeriodError};
+use cloud_controllers::{
+    ClusterCidrs, ControllerConfig, MAX_CLOUD_CALL_TIMEOUT, Period, PeriodError,
+};
 use cloud_provider::RegistryError;
-use ipnet::IpNet;
 
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
@@ -340,39 +341,10 @@ fn percent(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<u32> {
     percent
 }
 
-/// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR.
-pub fn parse_cluster_cidrs(value: &str) -> Result<Vec<IpNet>, String> {
-    let value = value.trim();
-    if value.is_empty() {
-        return Ok(Vec::new());
-    }
-    let parts: Vec<&str> = value.split(',').map(str::trim).collect();
-    let mut cidrs = Vec::with_capacity(parts.len());
-    for part in &parts {
-        let cidr: IpNet = part.parse().map_err(|_| {
-            format!("--cluster-cidr: {part:?} is not a valid CIDR (expected e.g. 10.244.0.0/16)")
-        })?;
-        cidrs.push(cidr);
-    }
-    if cidrs.len() > 2 {
-        return Err(format!(
-            "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got {}",
-            cidrs.len()
-        ));
-    }
-    if let [first, second] = cidrs.as_slice() {
-        let same_family = matches!(
-            (first, second),
-            (IpNet::V4(_), IpNet::V4(_)) | (IpNet::V6(_), IpNet::V6(_))
-        );
-        if same_family {
-            return Err(format!(
-                "--cluster-cidr {value:?}: a dual-stack value needs one IPv4 and one IPv6 CIDR, got two of \
-                 the same family"
-            ));
-        }
-    }
-    Ok(cidrs)
+/// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR. The one parser of the flag:
+/// the controllers take the result as it is.
+pub fn parse_cluster_cidrs(value: &str) -> Result<ClusterCidrs, String> {
+    ClusterCidrs::parse(value).map_err(|error| error.to_string())
 }
 
 fn validate_leader_election(
@@ -832,10 +804,10 @@ mod tests {
 
     #[test]
     fn cluster_cidr_parsing() {
-        assert_eq!(parse_cluster_cidrs("").unwrap(), vec![]);
+        assert!(parse_cluster_cidrs("").unwrap().is_empty());
         assert_eq!(
-            parse_cluster_cidrs("10.0.0.0/8").unwrap(),
-            vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+            parse_cluster_cidrs("10.0.0.0/8").unwrap().as_slice(),
+            ["10.0.0.0/8".parse::<ipnet::IpNet>().unwrap()]
         );
         assert_eq!(parse_cluster_cidrs("fd00::/8,10.0.0.0/8").unwrap().len(), 2);
     }

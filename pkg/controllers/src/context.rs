@@ -16,7 +16,7 @@ use std::time::Duration;
 use cloud_provider::{DryRunLog, ObjectKey};
 
 use crate::cloud_calls::CloudCalls;
-use crate::config::{Period, defaults};
+use crate::config::{ClusterCidrs, Period, defaults};
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
@@ -38,7 +38,7 @@ pub struct ControllerConfig {
     /// `--cluster-name`: the cluster's name as the cloud knows it.
     pub cluster_name: String,
     /// `--cluster-cidr`, parsed: none, one CIDR, or a dual-stack pair.
-    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    pub cluster_cidrs: ClusterCidrs,
     /// `--allocate-node-cidrs`.
     pub allocate_node_cidrs: bool,
     /// `--configure-cloud-routes`.
@@ -120,7 +120,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         ControllerConfig {
             cluster_name: "kubernetes".to_string(),
-            cluster_cidrs: Vec::new(),
+            cluster_cidrs: ClusterCidrs::none(),
             allocate_node_cidrs: false,
             configure_cloud_routes: true,
             node_monitor_period: defaults::NODE_MONITOR_PERIOD,

@@ -106,7 +106,7 @@ async fn a_hanging_load_balancer_call_frees_the_worker_and_the_service_is_retrie
 
 fn route_config() -> ControllerConfig {
     ControllerConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         cloud_call_timeout: TIMEOUT,
         ..test_config()
     }

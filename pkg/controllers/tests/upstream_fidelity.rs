@@ -100,7 +100,7 @@ async fn route_controller_skips_nodes_without_pod_cidrs() {
     env.create_node(&with_cidr).await;
     env.create_node(&ready_node("no-cidr", "10.0.0.2")).await;
     let config = ControllerConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::NodeRoute]);
@@ -431,7 +431,7 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
     let config = ControllerConfig {
         allocate_node_cidrs: false,
         configure_cloud_routes: true,
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::NodeRoute]);
@@ -447,7 +447,7 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
     env.run_controllers(
         ControllerConfig {
             configure_cloud_routes: true,
-            cluster_cidrs: Vec::new(),
+            cluster_cidrs: cloud_controllers::ClusterCidrs::none(),
             ..test_config()
         },
         &[ControllerName::NodeRoute],

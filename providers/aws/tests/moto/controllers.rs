@@ -92,7 +92,7 @@ impl Env {
     fn run_route_controller(&mut self, cluster_cidr: &str) {
         let ctx = self.context(ControllerConfig {
             cluster_name: "moto".to_string(),
-            cluster_cidrs: vec![cluster_cidr.parse().unwrap()],
+            cluster_cidrs: cloud_controllers::ClusterCidrs::parse(cluster_cidr).unwrap(),
             allocate_node_cidrs: true,
             configure_cloud_routes: true,
             route_reconciliation_period: cloud_controllers::Period::new(Duration::from_millis(300))
