@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(o.cloud_call_timeout, Duration::from_secs(300));
         assert_eq!(
             o.cloud_call_timeout,
-            cloud_controllers::DEFAULT_CLOUD_CALL_TIMEOUT
+            cloud_controllers::config::defaults::CLOUD_CALL_TIMEOUT.get()
         );
         assert_eq!(o.concurrent_node_syncs, 1);
         assert_eq!(o.concurrent_service_syncs, 1);

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_controllers::{
-    ClusterCidrs, ControllerConfig, MAX_CLOUD_CALL_TIMEOUT, Period, PeriodError,
+    CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ControllerConfig, NonZeroDuration,
+    Percent, Period, PeriodError,
 };
 use cloud_provider::RegistryError;
 
@@ -267,7 +268,7 @@ fn validate_controller_config(
         configure_cloud_routes: options.configure_cloud_routes,
         node_monitor_period: node_monitor_period?,
         instance_exists_grace_period: options.instance_exists_grace_period,
-        node_status_update_frequency: node_status_update_frequency?,
+        node_status_update_frequency: Some(node_status_update_frequency?),
         route_reconciliation_period: route_reconciliation_period?,
         concurrent_node_syncs: concurrent_node_syncs?,
         concurrent_service_syncs: concurrent_service_syncs?,
@@ -298,29 +299,30 @@ fn period(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Perio
 }
 
 /// A duration greater than 0.
-fn non_zero(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
-    if value.is_zero() {
+fn non_zero(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<NonZeroDuration> {
+    let duration = NonZeroDuration::new(value);
+    if duration.is_none() {
         errors.push(format!("{flag} must be greater than 0"));
-        return None;
     }
-    Some(value)
+    duration
 }
 
-/// `--cloud-call-timeout`: greater than 0, at most [`MAX_CLOUD_CALL_TIMEOUT`].
-fn cloud_call_timeout(value: Duration, errors: &mut Vec<String>) -> Option<Duration> {
-    if value.is_zero() {
-        errors.push("--cloud-call-timeout must be greater than 0".to_string());
-        None
-    } else if value > MAX_CLOUD_CALL_TIMEOUT {
-        errors.push(format!(
-            "--cloud-call-timeout must be at most {}, got {}",
-            format_duration(MAX_CLOUD_CALL_TIMEOUT),
-            format_duration(value)
-        ));
-        None
-    } else {
-        Some(value)
-    }
+/// `--cloud-call-timeout`: greater than 0, at most [`CloudCallTimeout::MAX`].
+fn cloud_call_timeout(value: Duration, errors: &mut Vec<String>) -> Option<CloudCallTimeout> {
+    CloudCallTimeout::new(value)
+        .map_err(|error| {
+            errors.push(match error {
+                CloudCallTimeoutError::Zero => {
+                    "--cloud-call-timeout must be greater than 0".to_string()
+                }
+                CloudCallTimeoutError::TooLong { got } => format!(
+                    "--cloud-call-timeout must be at most {}, got {}",
+                    format_duration(CloudCallTimeout::MAX),
+                    format_duration(got)
+                ),
+            })
+        })
+        .ok()
 }
 
 /// A count of workers: at least 1.
@@ -333,8 +335,8 @@ fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<No
 }
 
 /// A share in percent: 0 to 100.
-fn percent(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<u32> {
-    let percent = u32::try_from(value).ok().filter(|percent| *percent <= 100);
+fn percent(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<Percent> {
+    let percent = u32::try_from(value).ok().and_then(Percent::new);
     if percent.is_none() {
         errors.push(format!("{flag} must be between 0 and 100, got {value}"));
     }
@@ -732,10 +734,10 @@ mod tests {
         assert_eq!(config.controller_config.cluster_cidrs.len(), 2);
         assert!(config.controller_config.allocate_node_cidrs);
         assert_eq!(config.controller_config.concurrent_node_syncs.get(), 4);
-        assert_eq!(config.controller_config.node_deletion_max_percent, 0);
+        assert_eq!(config.controller_config.node_deletion_max_percent.get(), 0);
         assert_eq!(config.controller_config.cluster_name, "kubernetes");
         assert_eq!(
-            config.controller_config.cloud_call_timeout,
+            config.controller_config.cloud_call_timeout.get(),
             Duration::from_secs(3600),
             "the largest value is accepted"
         );

@@ -16,21 +16,12 @@ use std::time::Duration;
 use cloud_provider::{DryRunLog, ObjectKey};
 
 use crate::cloud_calls::CloudCalls;
-use crate::config::{ClusterCidrs, Period, defaults};
+use crate::config::{CloudCallTimeout, ClusterCidrs, NonZeroDuration, Percent, Period, defaults};
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
 use crate::timed_cloud::TimedCloud;
-
-/// The default of `--cloud-call-timeout`. Upstream waits for a cloud call forever; this only abandons calls
-/// that the providers' own limits would not end: an AWS SDK operation may take 120 s with its retries, and
-/// a bulk instance lookup (up to 250 nodes) makes two DescribeInstances calls; a DigitalOcean request may
-/// take 30 s per attempt over 6 attempts.
-pub const DEFAULT_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// The largest `--cloud-call-timeout`: beyond it a hung worker would stay lost for longer than any cloud
-/// call can take.
-pub const MAX_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// Controller settings derived from the command-line flags.
 #[derive(Clone, Debug)]
@@ -48,19 +39,20 @@ pub struct ControllerConfig {
     /// `--instance-exists-grace-period`: how long after its creation a node is never deleted because the
     /// cloud cannot find its instance (zero: no grace).
     pub instance_exists_grace_period: Duration,
-    /// `--node-status-update-frequency`: period of the node address sync.
-    pub node_status_update_frequency: Duration,
+    /// `--node-status-update-frequency`: period of the node address sync (`None`: no periodic sync; the
+    /// flag always sets one).
+    pub node_status_update_frequency: Option<NonZeroDuration>,
     /// `--route-reconciliation-period`.
     pub route_reconciliation_period: Period,
     /// `--concurrent-node-syncs`: node controller workers.
     pub concurrent_node_syncs: NonZeroUsize,
     /// `--concurrent-service-syncs`: service controller workers.
     pub concurrent_service_syncs: NonZeroUsize,
-    /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
-    pub node_deletion_max_percent: u32,
+    /// `--node-deletion-max-percent`: the largest share of all nodes one lifecycle pass may delete.
+    pub node_deletion_max_percent: Percent,
     /// `--cloud-call-timeout`: how long one cloud provider call of a controller may take before it is
     /// abandoned and fails (see [`crate::cloud_calls`]).
-    pub cloud_call_timeout: Duration,
+    pub cloud_call_timeout: CloudCallTimeout,
     /// The controllers' own API clients (named like upstream's in their `User-Agent`; with
     /// `--use-service-account-credentials` authenticated as the controller's ServiceAccount). A controller
     /// without one uses [`ControllerContext::client`].
@@ -125,12 +117,12 @@ impl Default for ControllerConfig {
             configure_cloud_routes: true,
             node_monitor_period: defaults::NODE_MONITOR_PERIOD,
             instance_exists_grace_period: Duration::ZERO,
-            node_status_update_frequency: Duration::from_secs(5 * 60),
+            node_status_update_frequency: Some(defaults::NODE_STATUS_UPDATE_FREQUENCY),
             route_reconciliation_period: defaults::ROUTE_RECONCILIATION_PERIOD,
             concurrent_node_syncs: defaults::CONCURRENT_NODE_SYNCS,
             concurrent_service_syncs: defaults::CONCURRENT_SERVICE_SYNCS,
-            node_deletion_max_percent: 50,
-            cloud_call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
+            node_deletion_max_percent: defaults::NODE_DELETION_MAX_PERCENT,
+            cloud_call_timeout: defaults::CLOUD_CALL_TIMEOUT,
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
             dry_run: None,
@@ -185,7 +177,7 @@ impl ControllerContext {
     pub fn for_controller(&self, controller: ControllerName) -> ControllerContext {
         let calls = Arc::new(CloudCalls::new(
             controller.canonical(),
-            self.config.cloud_call_timeout,
+            self.config.cloud_call_timeout.get(),
             self.metrics.clone(),
         ));
         self.health

@@ -47,12 +47,10 @@ mod run;
 
 pub use cached_node::CachedNode;
 pub use config::{
-    CloudCallTimeout, ClusterCidrs, ClusterCidrsError, NonZeroDuration, Percent, Period,
-    PeriodError,
+    CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ClusterCidrsError, NonZeroDuration,
+    Percent, Period, PeriodError,
 };
-pub use context::{
-    ControllerConfig, ControllerContext, DEFAULT_CLOUD_CALL_TIMEOUT, MAX_CLOUD_CALL_TIMEOUT,
-};
+pub use context::{ControllerConfig, ControllerContext};
 pub use descriptors::{CONTROLLERS, Capability, ControllerDescriptor};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};

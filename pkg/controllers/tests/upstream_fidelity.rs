@@ -187,7 +187,9 @@ async fn node_address_sync_ignores_order_changes() {
         });
     env.create_node(&n7).await;
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNode]);
@@ -559,7 +561,9 @@ async fn address_sync_writes_against_the_current_resource_version() {
         }
     });
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNode]);
@@ -586,7 +590,9 @@ async fn v1_address_sync_costs_one_call_per_node() {
     env.create_node(&ready_node("v1-a", "10.0.0.21")).await;
     env.create_node(&ready_node("v1-b", "10.0.0.22")).await;
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers_with(

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cached_node::CachedNode;
+use crate::config::Percent;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
@@ -73,8 +74,8 @@ pub enum GuardDecision {
 
 /// Decides whether `candidates` deletions out of `total` nodes stay within `max_percent` percent of all
 /// nodes (`candidates * 100 <= total * max_percent`).
-pub fn deletion_guard(candidates: usize, total: usize, max_percent: u32) -> GuardDecision {
-    let max_percent = max_percent.min(100) as usize;
+pub fn deletion_guard(candidates: usize, total: usize, max_percent: Percent) -> GuardDecision {
+    let max_percent = max_percent.get() as usize;
     if candidates == 0 || candidates.saturating_mul(100) <= total.saturating_mul(max_percent) {
         GuardDecision::Allow
     } else {
@@ -244,7 +245,7 @@ impl CloudNodeLifecycleController {
                 tracing::warn!(
                     candidates = gone.len(),
                     nodes = nodes.len(),
-                    max_percent = pct,
+                    max_percent = pct.get(),
                     limit,
                     first = ?names.iter().take(10).collect::<Vec<_>>(),
                     "node deletion guard tripped: {message}"
@@ -497,30 +498,35 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
 
+    fn pct(value: u32) -> Percent {
+        Percent::new(value).unwrap()
+    }
+
     #[test]
     fn guard_arithmetic() {
-        assert_eq!(deletion_guard(0, 0, 50), GuardDecision::Allow);
-        assert_eq!(deletion_guard(0, 10, 0), GuardDecision::Allow);
-        assert_eq!(deletion_guard(5, 10, 50), GuardDecision::Allow);
+        assert_eq!(deletion_guard(0, 0, pct(50)), GuardDecision::Allow);
+        assert_eq!(deletion_guard(0, 10, pct(0)), GuardDecision::Allow);
+        assert_eq!(deletion_guard(5, 10, pct(50)), GuardDecision::Allow);
         assert_eq!(
-            deletion_guard(6, 10, 50),
+            deletion_guard(6, 10, pct(50)),
             GuardDecision::Refuse { limit: 5 }
         );
-        assert_eq!(deletion_guard(1, 2, 50), GuardDecision::Allow);
-        assert_eq!(deletion_guard(1, 1, 50), GuardDecision::Refuse { limit: 0 });
-        assert_eq!(deletion_guard(1, 10, 0), GuardDecision::Refuse { limit: 0 });
-        assert_eq!(deletion_guard(10, 10, 100), GuardDecision::Allow);
+        assert_eq!(deletion_guard(1, 2, pct(50)), GuardDecision::Allow);
         assert_eq!(
-            deletion_guard(10, 10, 250),
-            GuardDecision::Allow,
-            "clamped to 100"
-        );
-        assert_eq!(
-            deletion_guard(3, 1000, 0),
+            deletion_guard(1, 1, pct(50)),
             GuardDecision::Refuse { limit: 0 }
         );
         assert_eq!(
-            deletion_guard(334, 1000, 33),
+            deletion_guard(1, 10, pct(0)),
+            GuardDecision::Refuse { limit: 0 }
+        );
+        assert_eq!(deletion_guard(10, 10, pct(100)), GuardDecision::Allow);
+        assert_eq!(
+            deletion_guard(3, 1000, pct(0)),
+            GuardDecision::Refuse { limit: 0 }
+        );
+        assert_eq!(
+            deletion_guard(334, 1000, pct(33)),
             GuardDecision::Refuse { limit: 330 }
         );
     }
