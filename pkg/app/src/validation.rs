@@ -781,6 +781,38 @@ mod tests {
         assert_eq!(controllers.route_reconciliation_period.get(), Period::MIN);
     }
 
+    /// The flags' defaults and the controllers' own defaults are the same values, read from one place.
+    #[test]
+    fn flag_defaults_are_the_controller_defaults() {
+        let config = validate(&options(&[]), &providers()).unwrap();
+        let flags = &*config.controller_config;
+        let own = ControllerConfig::default();
+        assert_eq!(flags.cluster_name, own.cluster_name);
+        assert_eq!(flags.cluster_cidrs, own.cluster_cidrs);
+        assert_eq!(flags.allocate_node_cidrs, own.allocate_node_cidrs);
+        assert_eq!(flags.configure_cloud_routes, own.configure_cloud_routes);
+        assert_eq!(flags.node_monitor_period, own.node_monitor_period);
+        assert_eq!(
+            flags.instance_exists_grace_period,
+            own.instance_exists_grace_period
+        );
+        assert_eq!(
+            flags.node_status_update_frequency,
+            own.node_status_update_frequency
+        );
+        assert_eq!(
+            flags.route_reconciliation_period,
+            own.route_reconciliation_period
+        );
+        assert_eq!(flags.concurrent_node_syncs, own.concurrent_node_syncs);
+        assert_eq!(flags.concurrent_service_syncs, own.concurrent_service_syncs);
+        assert_eq!(
+            flags.node_deletion_max_percent,
+            own.node_deletion_max_percent
+        );
+        assert_eq!(flags.cloud_call_timeout, own.cloud_call_timeout);
+    }
+
     #[test]
     fn serving_settings() {
         let config = validate(

@@ -108,15 +108,16 @@ impl std::fmt::Debug for ControllerClients {
 }
 
 impl Default for ControllerConfig {
-    /// The upstream defaults.
+    /// The defaults of the flags ([`defaults`], upstream's), without cluster CIDRs (`--cluster-cidr` is
+    /// empty by default).
     fn default() -> Self {
         ControllerConfig {
-            cluster_name: "kubernetes".to_string(),
+            cluster_name: defaults::CLUSTER_NAME.to_string(),
             cluster_cidrs: ClusterCidrs::none(),
-            allocate_node_cidrs: false,
-            configure_cloud_routes: true,
+            allocate_node_cidrs: defaults::ALLOCATE_NODE_CIDRS,
+            configure_cloud_routes: defaults::CONFIGURE_CLOUD_ROUTES,
             node_monitor_period: defaults::NODE_MONITOR_PERIOD,
-            instance_exists_grace_period: Duration::ZERO,
+            instance_exists_grace_period: defaults::INSTANCE_EXISTS_GRACE_PERIOD,
             node_status_update_frequency: Some(defaults::NODE_STATUS_UPDATE_FREQUENCY),
             route_reconciliation_period: defaults::ROUTE_RECONCILIATION_PERIOD,
             concurrent_node_syncs: defaults::CONCURRENT_NODE_SYNCS,
