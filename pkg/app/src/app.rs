@@ -249,10 +249,7 @@ pub async fn run_dry_run(config: AppConfig, registry: Registry) -> Result<DryRun
     }
 
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
-    let limits = RateLimits {
-        qps: config.kube_api_qps,
-        burst: config.kube_api_burst,
-    };
+    let limits = config.kube_api_limits;
     let base = ControllerConfig {
         dry_run: Some(log.clone()),
         ..(*config.controller_config).clone()
@@ -303,10 +300,7 @@ pub async fn run_until(
 
     // Clients.
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
-    let controller_limits = RateLimits {
-        qps: config.kube_api_qps,
-        burst: config.kube_api_burst,
-    };
+    let controller_limits = config.kube_api_limits;
     let (client, event_client, controller_config) =
         controller_clients(&kube_config, controller_limits, &config.controller_config)?;
     let service_accounts = config

@@ -13,6 +13,7 @@ use cloud_controllers::{
 };
 use cloud_provider::RegistryError;
 
+use crate::client::RateLimits;
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
 use crate::leader::LeaderElectionConfig;
@@ -81,10 +82,8 @@ pub struct AppConfig {
     pub kubeconfig: Option<PathBuf>,
     /// `--master`.
     pub master: Option<String>,
-    /// `--kube-api-qps`.
-    pub kube_api_qps: f64,
-    /// `--kube-api-burst`.
-    pub kube_api_burst: u32,
+    /// `--kube-api-qps` and `--kube-api-burst`: the controllers' budget of API requests.
+    pub kube_api_limits: RateLimits,
     /// `--use-service-account-credentials`: each controller writes as its own ServiceAccount.
     pub use_service_account_credentials: bool,
     /// The `--controllers` entries; which controllers they enable is known once the provider is built
@@ -114,7 +113,7 @@ pub struct ValidationErrors(pub Vec<String>);
 pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, ValidationErrors> {
     let mut errors = Vec::new();
     let cloud_provider = validate_cloud_provider(options, providers, &mut errors);
-    let kube_api_burst = validate_kube_api(options, &mut errors);
+    let kube_api_limits = validate_kube_api(options, &mut errors);
     let controllers = validate_controllers(options, &mut errors);
     let controller_config = validate_controller_config(options, &mut errors);
     let leader_election = if options.leader_elect {
@@ -124,8 +123,8 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
     };
     let serving = validate_serving(options, &mut errors);
 
-    let (Some(kube_api_burst), Some(controller_config), true) =
-        (kube_api_burst, controller_config, errors.is_empty())
+    let (Some(kube_api_limits), Some(controller_config), true) =
+        (kube_api_limits, controller_config, errors.is_empty())
     else {
         return Err(ValidationErrors(errors));
     };
@@ -135,8 +134,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         allow_untagged_cloud: options.allow_untagged_cloud,
         kubeconfig: non_empty_path(&options.kubeconfig),
         master: options.master.clone().filter(|m| !m.is_empty()),
-        kube_api_qps: options.kube_api_qps,
-        kube_api_burst,
+        kube_api_limits,
         use_service_account_credentials: options.use_service_account_credentials,
         controllers,
         controller_config: Arc::new(controller_config),
@@ -184,8 +182,9 @@ fn validate_cloud_provider(
     cloud_provider
 }
 
-/// `--master` (a URL), `--kube-api-qps` (greater than 0) and `--kube-api-burst` (at least 1, returned).
-fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<u32> {
+/// `--master` (a URL), and the budget of `--kube-api-qps` (greater than 0) and `--kube-api-burst` (at
+/// least 1).
+fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<RateLimits> {
     if let Some(master) = &options.master
         && (master.parse::<http::Uri>().is_err() || !master.contains("://"))
     {
@@ -193,14 +192,14 @@ fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<u32>
             "--master {master:?} is not a URL (expected e.g. https://10.0.0.1:6443)"
         ));
     }
-    if !(options.kube_api_qps.is_finite() && options.kube_api_qps > 0.0) {
+    if !RateLimits::is_rate(options.kube_api_qps) {
         errors.push(format!(
             "--kube-api-qps must be greater than 0, got {}",
             options.kube_api_qps
         ));
     }
     match u32::try_from(options.kube_api_burst) {
-        Ok(burst) if burst >= 1 => Some(burst),
+        Ok(burst) if burst >= 1 => RateLimits::new(options.kube_api_qps, burst),
         _ => {
             errors.push(format!(
                 "--kube-api-burst must be at least 1, got {}",
@@ -745,8 +744,8 @@ mod tests {
         assert!(!controllers.contains(&ControllerName::PvLabel));
         assert_eq!(controllers.len(), 4);
         assert!(config.serving.is_none());
-        assert_eq!(config.kube_api_qps, 5.5);
-        assert_eq!(config.kube_api_burst, 7);
+        assert_eq!(config.kube_api_limits.qps(), 5.5);
+        assert_eq!(config.kube_api_limits.burst().get(), 7);
         assert!(!config.use_service_account_credentials);
         let le = config.leader_election.unwrap();
         assert_eq!(le.lease_duration, Duration::from_secs(2));
