@@ -313,7 +313,7 @@ pub async fn run_until(
     // Metrics and health.
     let identity = identity();
     let leader_status = match &config.leader_election {
-        Some(le) => LeaderStatus::new(&le.name, le.lease_duration + LEADER_HEALTH_TOLERANCE),
+        Some(le) => LeaderStatus::new(&le.name, le.lease_duration.get() + LEADER_HEALTH_TOLERANCE),
         None => LeaderStatus::disabled(),
     };
     let mut metrics_registry = prometheus_client::registry::Registry::default();

@@ -16,7 +16,7 @@ use cloud_provider::RegistryError;
 use crate::client::RateLimits;
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
-use crate::leader::LeaderElectionConfig;
+use crate::leader::{LeaderElectionConfig, LeaseDuration, LeaseDurationError};
 use crate::options::{DryRunOutput, LogFormat, Options};
 
 /// client-go's jitter factor for leader-election retries: the renew deadline must exceed
@@ -31,7 +31,7 @@ pub struct LeaderElectionSettings {
     /// Name of the Lease.
     pub name: String,
     /// `--leader-elect-lease-duration`.
-    pub lease_duration: Duration,
+    pub lease_duration: LeaseDuration,
     /// `--leader-elect-renew-deadline`.
     pub renew_deadline: Duration,
     /// `--leader-elect-retry-period`.
@@ -356,12 +356,24 @@ fn validate_leader_election(
     let renew = options.leader_elect_renew_deadline;
     let retry = options.leader_elect_retry_period;
     let before = errors.len();
-    if lease < Duration::from_secs(1) {
-        errors.push(format!(
-            "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got {}",
-            format_duration(lease)
-        ));
-    }
+    let lease_duration = LeaseDuration::new(lease)
+        .map_err(|error| {
+            errors.push(match error {
+                LeaseDurationError::TooShort => format!(
+                    "--leader-elect-lease-duration must be at least {} (the Lease stores whole seconds), \
+                     got {}",
+                    format_duration(LeaseDuration::MIN),
+                    format_duration(lease)
+                ),
+                LeaseDurationError::TooLong => format!(
+                    "--leader-elect-lease-duration must be at most {} (the Lease stores whole seconds in \
+                     32 bits), got {}",
+                    format_duration(LeaseDuration::MAX),
+                    format_duration(lease)
+                ),
+            })
+        })
+        .ok();
     if renew.is_zero() {
         errors.push("--leader-elect-renew-deadline must be greater than 0".to_string());
     } else if renew >= lease {
@@ -387,10 +399,13 @@ fn validate_leader_election(
     if options.leader_elect_resource_namespace.trim().is_empty() {
         errors.push("--leader-elect-resource-namespace must not be empty".to_string());
     }
-    (errors.len() == before).then(|| LeaderElectionSettings {
+    if errors.len() != before {
+        return None;
+    }
+    Some(LeaderElectionSettings {
         namespace: options.leader_elect_resource_namespace.trim().to_string(),
         name: options.leader_elect_resource_name.trim().to_string(),
-        lease_duration: lease,
+        lease_duration: lease_duration?,
         renew_deadline: renew,
         retry_period: retry,
     })
@@ -549,6 +564,14 @@ mod tests {
                     "--leader-elect-retry-period=100ms",
                 ],
                 "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
+            ),
+            (
+                &[
+                    "--leader-elect-lease-duration=596523h14m8s",
+                    "--leader-elect-renew-deadline=10s",
+                ],
+                "--leader-elect-lease-duration must be at most 596523h14m7s (the Lease stores whole \
+                 seconds in 32 bits), got 596523h14m8s",
             ),
             (
                 &["--leader-elect-resource-name="],
@@ -748,7 +771,7 @@ mod tests {
         assert_eq!(config.kube_api_limits.burst().get(), 7);
         assert!(!config.use_service_account_credentials);
         let le = config.leader_election.unwrap();
-        assert_eq!(le.lease_duration, Duration::from_secs(2));
+        assert_eq!(le.lease_duration.get(), Duration::from_secs(2));
         assert_eq!(le.namespace, "kube-system");
         assert_eq!(le.name, "cloud-controller-manager");
     }
