@@ -348,6 +348,7 @@ pub fn parse_cluster_cidrs(value: &str) -> Result<ClusterCidrs, String> {
     ClusterCidrs::parse(value).map_err(|error| error.to_string())
 }
 
+/// The `--leader-elect-*` timings and Lease name (checked only with `--leader-elect=true`).
 fn validate_leader_election(
     options: &Options,
     errors: &mut Vec<String>,
@@ -411,6 +412,7 @@ fn validate_leader_election(
     })
 }
 
+/// `--bind-address`, `--secure-port` and the TLS and delegated-auth flags; `None` when serving is off.
 fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<ServingSettings> {
     let before = errors.len();
     let port = match u16::try_from(options.secure_port) {
@@ -496,187 +498,188 @@ mod tests {
     }
 
     /// One bad value per row, with its exact message.
+    const BAD_VALUES: &[(&[&str], &str)] = &[
+        (
+            &["--concurrent-node-syncs=0"],
+            "--concurrent-node-syncs must be at least 1, got 0",
+        ),
+        (
+            &["--concurrent-node-syncs=-3"],
+            "--concurrent-node-syncs must be at least 1, got -3",
+        ),
+        (
+            &["--concurrent-service-syncs=0"],
+            "--concurrent-service-syncs must be at least 1, got 0",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/33"],
+            "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+        ),
+        (
+            &["--cluster-cidr=banana"],
+            "--cluster-cidr: \"banana\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"],
+            "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got 3",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/16,10.1.0.0/16"],
+            "--cluster-cidr \"10.0.0.0/16,10.1.0.0/16\": a dual-stack value needs one IPv4 and one IPv6 \
+             CIDR, got two of the same family",
+        ),
+        (
+            &["--cluster-cidr=fd00::/48,fd01::/48"],
+            "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
+             CIDR, got two of the same family",
+        ),
+        (
+            &["--leader-elect-renew-deadline=15s"],
+            "--leader-elect-renew-deadline (15s) must be less than --leader-elect-lease-duration (15s)",
+        ),
+        (
+            &[
+                "--leader-elect-renew-deadline=20s",
+                "--leader-elect-lease-duration=15s",
+            ],
+            "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)",
+        ),
+        (
+            &["--leader-elect-retry-period=0s"],
+            "--leader-elect-retry-period must be greater than 0",
+        ),
+        (
+            &["--leader-elect-retry-period=9s"],
+            "--leader-elect-renew-deadline (10s) must be greater than 1.2 x --leader-elect-retry-period \
+             (9s)",
+        ),
+        (
+            &["--leader-elect-renew-deadline=0s"],
+            "--leader-elect-renew-deadline must be greater than 0",
+        ),
+        (
+            &[
+                "--leader-elect-lease-duration=500ms",
+                "--leader-elect-renew-deadline=400ms",
+                "--leader-elect-retry-period=100ms",
+            ],
+            "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
+        ),
+        (
+            &[
+                "--leader-elect-lease-duration=596523h14m8s",
+                "--leader-elect-renew-deadline=10s",
+            ],
+            "--leader-elect-lease-duration must be at most 596523h14m7s (the Lease stores whole \
+             seconds in 32 bits), got 596523h14m8s",
+        ),
+        (
+            &["--leader-elect-resource-name="],
+            "--leader-elect-resource-name must not be empty",
+        ),
+        (
+            &["--leader-elect-resource-namespace= "],
+            "--leader-elect-resource-namespace must not be empty",
+        ),
+        (
+            &["--secure-port=70000"],
+            "--secure-port must be between 0 and 65535 (0 disables serving), got 70000",
+        ),
+        (
+            &["--secure-port=-1"],
+            "--secure-port must be between 0 and 65535 (0 disables serving), got -1",
+        ),
+        (
+            &["--tls-cert-file=/tmp/cert.pem"],
+            "--tls-cert-file requires --tls-private-key-file",
+        ),
+        (
+            &["--tls-private-key-file=/tmp/key.pem"],
+            "--tls-private-key-file requires --tls-cert-file",
+        ),
+        (
+            &["--bind-address=localhost"],
+            "--bind-address \"localhost\" is not an IP address",
+        ),
+        (
+            &["--node-deletion-max-percent=101"],
+            "--node-deletion-max-percent must be between 0 and 100, got 101",
+        ),
+        (
+            &["--node-deletion-max-percent=-1"],
+            "--node-deletion-max-percent must be between 0 and 100, got -1",
+        ),
+        (
+            &["--kube-api-qps=0"],
+            "--kube-api-qps must be greater than 0, got 0",
+        ),
+        (
+            &["--kube-api-burst=0"],
+            "--kube-api-burst must be at least 1, got 0",
+        ),
+        (
+            &["--node-monitor-period=0s"],
+            "--node-monitor-period must be greater than 0",
+        ),
+        (
+            &["--node-monitor-period=1ms"],
+            "--node-monitor-period must be at least 10ms, got 1ms",
+        ),
+        (
+            &["--route-reconciliation-period=9.999ms"],
+            "--route-reconciliation-period must be at least 10ms, got 9.999ms",
+        ),
+        (
+            &["--node-status-update-frequency=0"],
+            "--node-status-update-frequency must be greater than 0",
+        ),
+        (
+            &["--route-reconciliation-period=0ms"],
+            "--route-reconciliation-period must be greater than 0",
+        ),
+        (
+            &["--cloud-call-timeout=0s"],
+            "--cloud-call-timeout must be greater than 0",
+        ),
+        (
+            &["--cloud-call-timeout=1h0m0.001s"],
+            "--cloud-call-timeout must be at most 1h0m0s, got 1h0m0.001s",
+        ),
+        (
+            &["--cloud-call-timeout=48h"],
+            "--cloud-call-timeout must be at most 1h0m0s, got 48h0m0s",
+        ),
+        (&["--cluster-name="], "--cluster-name must not be empty"),
+        (
+            &["--master=not a url"],
+            "--master \"not a url\" is not a URL (expected e.g. https://10.0.0.1:6443)",
+        ),
+        (
+            &["--authorization-always-allow-paths=metrics"],
+            "--authorization-always-allow-paths: \"metrics\" must start with \"/\"",
+        ),
+        (
+            &["--authorization-always-allow-paths=/a*b"],
+            "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
+        ),
+        (
+            &["--cloud-provider="],
+            "--cloud-provider: no cloud provider given: the cloud-controller-manager runs the \
+             cloud-specific controllers and needs a concrete provider name (--cloud-provider) \
+             (compiled-in providers: aws, fake)",
+        ),
+        (
+            &["--cloud-provider=external"],
+            "--cloud-provider: cloud provider \"external\" cannot be used here: \"external\" tells \
+             kubelets and kube-controller-manager that a separate cloud-controller-manager runs the \
+             cloud loops, and this program is that cloud-controller-manager; give it a concrete provider \
+             name (--cloud-provider) (compiled-in providers: aws, fake)",
+        ),
+    ];
+
     #[test]
     fn bad_values_and_their_messages() {
-        let table: &[(&[&str], &str)] = &[
-            (
-                &["--concurrent-node-syncs=0"],
-                "--concurrent-node-syncs must be at least 1, got 0",
-            ),
-            (
-                &["--concurrent-node-syncs=-3"],
-                "--concurrent-node-syncs must be at least 1, got -3",
-            ),
-            (
-                &["--concurrent-service-syncs=0"],
-                "--concurrent-service-syncs must be at least 1, got 0",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/33"],
-                "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
-            ),
-            (
-                &["--cluster-cidr=banana"],
-                "--cluster-cidr: \"banana\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"],
-                "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got 3",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/16,10.1.0.0/16"],
-                "--cluster-cidr \"10.0.0.0/16,10.1.0.0/16\": a dual-stack value needs one IPv4 and one IPv6 \
-                 CIDR, got two of the same family",
-            ),
-            (
-                &["--cluster-cidr=fd00::/48,fd01::/48"],
-                "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
-                 CIDR, got two of the same family",
-            ),
-            (
-                &["--leader-elect-renew-deadline=15s"],
-                "--leader-elect-renew-deadline (15s) must be less than --leader-elect-lease-duration (15s)",
-            ),
-            (
-                &[
-                    "--leader-elect-renew-deadline=20s",
-                    "--leader-elect-lease-duration=15s",
-                ],
-                "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)",
-            ),
-            (
-                &["--leader-elect-retry-period=0s"],
-                "--leader-elect-retry-period must be greater than 0",
-            ),
-            (
-                &["--leader-elect-retry-period=9s"],
-                "--leader-elect-renew-deadline (10s) must be greater than 1.2 x --leader-elect-retry-period \
-                 (9s)",
-            ),
-            (
-                &["--leader-elect-renew-deadline=0s"],
-                "--leader-elect-renew-deadline must be greater than 0",
-            ),
-            (
-                &[
-                    "--leader-elect-lease-duration=500ms",
-                    "--leader-elect-renew-deadline=400ms",
-                    "--leader-elect-retry-period=100ms",
-                ],
-                "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
-            ),
-            (
-                &[
-                    "--leader-elect-lease-duration=596523h14m8s",
-                    "--leader-elect-renew-deadline=10s",
-                ],
-                "--leader-elect-lease-duration must be at most 596523h14m7s (the Lease stores whole \
-                 seconds in 32 bits), got 596523h14m8s",
-            ),
-            (
-                &["--leader-elect-resource-name="],
-                "--leader-elect-resource-name must not be empty",
-            ),
-            (
-                &["--leader-elect-resource-namespace= "],
-                "--leader-elect-resource-namespace must not be empty",
-            ),
-            (
-                &["--secure-port=70000"],
-                "--secure-port must be between 0 and 65535 (0 disables serving), got 70000",
-            ),
-            (
-                &["--secure-port=-1"],
-                "--secure-port must be between 0 and 65535 (0 disables serving), got -1",
-            ),
-            (
-                &["--tls-cert-file=/tmp/cert.pem"],
-                "--tls-cert-file requires --tls-private-key-file",
-            ),
-            (
-                &["--tls-private-key-file=/tmp/key.pem"],
-                "--tls-private-key-file requires --tls-cert-file",
-            ),
-            (
-                &["--bind-address=localhost"],
-                "--bind-address \"localhost\" is not an IP address",
-            ),
-            (
-                &["--node-deletion-max-percent=101"],
-                "--node-deletion-max-percent must be between 0 and 100, got 101",
-            ),
-            (
-                &["--node-deletion-max-percent=-1"],
-                "--node-deletion-max-percent must be between 0 and 100, got -1",
-            ),
-            (
-                &["--kube-api-qps=0"],
-                "--kube-api-qps must be greater than 0, got 0",
-            ),
-            (
-                &["--kube-api-burst=0"],
-                "--kube-api-burst must be at least 1, got 0",
-            ),
-            (
-                &["--node-monitor-period=0s"],
-                "--node-monitor-period must be greater than 0",
-            ),
-            (
-                &["--node-monitor-period=1ms"],
-                "--node-monitor-period must be at least 10ms, got 1ms",
-            ),
-            (
-                &["--route-reconciliation-period=9.999ms"],
-                "--route-reconciliation-period must be at least 10ms, got 9.999ms",
-            ),
-            (
-                &["--node-status-update-frequency=0"],
-                "--node-status-update-frequency must be greater than 0",
-            ),
-            (
-                &["--route-reconciliation-period=0ms"],
-                "--route-reconciliation-period must be greater than 0",
-            ),
-            (
-                &["--cloud-call-timeout=0s"],
-                "--cloud-call-timeout must be greater than 0",
-            ),
-            (
-                &["--cloud-call-timeout=1h0m0.001s"],
-                "--cloud-call-timeout must be at most 1h0m0s, got 1h0m0.001s",
-            ),
-            (
-                &["--cloud-call-timeout=48h"],
-                "--cloud-call-timeout must be at most 1h0m0s, got 48h0m0s",
-            ),
-            (&["--cluster-name="], "--cluster-name must not be empty"),
-            (
-                &["--master=not a url"],
-                "--master \"not a url\" is not a URL (expected e.g. https://10.0.0.1:6443)",
-            ),
-            (
-                &["--authorization-always-allow-paths=metrics"],
-                "--authorization-always-allow-paths: \"metrics\" must start with \"/\"",
-            ),
-            (
-                &["--authorization-always-allow-paths=/a*b"],
-                "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
-            ),
-            (
-                &["--cloud-provider="],
-                "--cloud-provider: no cloud provider given: the cloud-controller-manager runs the \
-                 cloud-specific controllers and needs a concrete provider name (--cloud-provider) \
-                 (compiled-in providers: aws, fake)",
-            ),
-            (
-                &["--cloud-provider=external"],
-                "--cloud-provider: cloud provider \"external\" cannot be used here: \"external\" tells \
-                 kubelets and kube-controller-manager that a separate cloud-controller-manager runs the \
-                 cloud loops, and this program is that cloud-controller-manager; give it a concrete provider \
-                 name (--cloud-provider) (compiled-in providers: aws, fake)",
-            ),
-        ];
-        for (args, want) in table {
+        for (args, want) in BAD_VALUES {
             assert_eq!(errors_for(args), vec![want.to_string()], "args {args:?}");
         }
     }
