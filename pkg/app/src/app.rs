@@ -24,7 +24,7 @@ use crate::client::{
 };
 use crate::controllers_flag::SelectedControllers;
 use crate::dry_run::DryRunReport;
-use crate::leader::{LeaderElector, LeaderStatus, RenewOutcome};
+use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, RenewOutcome};
 use crate::rest_client_metrics::RestClientMetrics;
 use crate::service_accounts::{
     ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
@@ -249,10 +249,7 @@ pub async fn run_dry_run(config: AppConfig, registry: Registry) -> Result<DryRun
     }
 
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
-    let limits = RateLimits {
-        qps: config.kube_api_qps,
-        burst: config.kube_api_burst,
-    };
+    let limits = config.kube_api_limits;
     let base = ControllerConfig {
         dry_run: Some(log.clone()),
         ..(*config.controller_config).clone()
@@ -303,10 +300,7 @@ pub async fn run_until(
 
     // Clients.
     let kube_config = load_config(config.kubeconfig.as_deref(), config.master.as_deref()).await?;
-    let controller_limits = RateLimits {
-        qps: config.kube_api_qps,
-        burst: config.kube_api_burst,
-    };
+    let controller_limits = config.kube_api_limits;
     let (client, event_client, controller_config) =
         controller_clients(&kube_config, controller_limits, &config.controller_config)?;
     let service_accounts = config
@@ -319,15 +313,10 @@ pub async fn run_until(
     // Metrics and health.
     let identity = identity();
     let leader_status = match &config.leader_election {
-        Some(le) => LeaderStatus::new(&le.name, le.lease_duration + LEADER_HEALTH_TOLERANCE),
+        Some(le) => LeaderStatus::new(&le.name, le.lease_duration.get() + LEADER_HEALTH_TOLERANCE),
         None => LeaderStatus::disabled(),
     };
-    let mut metrics_registry = prometheus_client::registry::Registry::default();
-    metrics_registry.register_collector(Box::new(ProcessCollector));
-    leader_status.register_metrics(&mut metrics_registry);
-    RestClientMetrics::global().register(&mut metrics_registry);
-    let controller_metrics = ControllerMetrics::register(&mut metrics_registry);
-    cloud.register_metrics(&mut metrics_registry);
+    let (metrics_registry, controller_metrics) = metrics_registry(&leader_status, cloud.as_ref());
     let health = HealthRegistry::default();
 
     // Serving.
@@ -345,50 +334,91 @@ pub async fn run_until(
         start_serving(settings, &kube_config, state, serving_stop.clone()).await?;
     }
 
-    let context = ControllerContext {
-        client: client.clone(),
-        event_client,
-        cloud: cloud.clone(),
-        config: controller_config,
-        metrics: controller_metrics,
-        health,
-        identity: identity.clone(),
+    let leadership = Leadership {
+        context: ControllerContext {
+            client: client.clone(),
+            event_client,
+            cloud: cloud.clone(),
+            config: controller_config,
+            metrics: controller_metrics,
+            health,
+            identity: identity.clone(),
+        },
+        client,
+        cloud,
+        controllers,
+        service_accounts,
     };
+    match &config.leader_election {
+        None => run_without_election(leadership, shutdown).await,
+        Some(le) => {
+            let elector = ElectorSettings {
+                kube_config,
+                config: le.elector_config(&identity),
+                status: leader_status,
+            };
+            run_elected(elector, leadership, shutdown).await
+        }
+    }
+}
 
-    let Some(le) = &config.leader_election else {
-        tracing::info!("leader election is disabled; starting at once");
-        let result = lead(
-            client,
-            cloud,
-            context,
-            controllers,
-            service_accounts,
-            shutdown.clone(),
-        )
-        .await;
-        return match result {
-            Err(err) if shutdown.is_cancelled() => {
-                tracing::warn!(error = %err, "a controller failed while stopping");
-                Ok(())
-            }
-            Ok(()) if !shutdown.is_cancelled() => Err(AppError::Controllers(
-                "the controllers stopped without being asked to".to_string(),
-            )),
-            other => other,
-        };
-    };
+/// The process' metrics: the process itself, leader election, the API clients, the controllers (whose
+/// handle is returned) and the provider.
+fn metrics_registry(
+    leader_status: &LeaderStatus,
+    cloud: &dyn CloudProvider,
+) -> (prometheus_client::registry::Registry, ControllerMetrics) {
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    metrics_registry.register_collector(Box::new(ProcessCollector));
+    leader_status.register_metrics(&mut metrics_registry);
+    RestClientMetrics::global().register(&mut metrics_registry);
+    let controller_metrics = ControllerMetrics::register(&mut metrics_registry);
+    cloud.register_metrics(&mut metrics_registry);
+    (metrics_registry, controller_metrics)
+}
 
-    // Leader election.
+/// `--leader-elect=false`: leads at once, until `shutdown`. The controllers stopping without being asked
+/// to is an error; one failing while they stop is not.
+async fn run_without_election(
+    leadership: Leadership,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
+    tracing::info!("leader election is disabled; starting at once");
+    let result = leadership.lead(shutdown.clone()).await;
+    match result {
+        Err(err) if shutdown.is_cancelled() => {
+            tracing::warn!(error = %err, "a controller failed while stopping");
+            Ok(())
+        }
+        Ok(()) if !shutdown.is_cancelled() => Err(stopped_unasked()),
+        other => other,
+    }
+}
+
+/// What a candidate for the Lease is made of.
+struct ElectorSettings {
+    /// The daemon's client configuration (the elector gets a client and budget of its own).
+    kube_config: kube::Config,
+    /// Where and how to elect.
+    config: LeaderElectionConfig,
+    /// Reports leadership to the health check and the metrics.
+    status: LeaderStatus,
+}
+
+/// Acquires the Lease, then leads while renewing it until `shutdown` (the controllers get
+/// [`CONTROLLER_STOP_TIMEOUT`] to stop, then the Lease is released) or until the Lease is lost (an error
+/// at once).
+async fn run_elected(
+    settings: ElectorSettings,
+    leadership: Leadership,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
     let leader_client = build_client(
-        kube_config,
+        settings.kube_config,
         LEADER_ELECTION_LIMITS,
         identity::LEADER_ELECTION_CLIENT,
     )?;
-    let mut elector = LeaderElector::new(
-        leader_client,
-        le.elector_config(&identity),
-        leader_status.clone(),
-    );
+    let mut elector = LeaderElector::new(leader_client, settings.config, settings.status);
     if !elector.acquire(&shutdown).await {
         tracing::info!("stopped before becoming the leader");
         return Ok(());
@@ -402,46 +432,58 @@ pub async fn run_until(
         })
     };
     let controllers_stop = CancellationToken::new();
-    let leading = lead(
-        client,
-        cloud,
-        context,
-        controllers,
-        service_accounts,
-        controllers_stop.clone(),
-    );
+    let leading = leadership.lead(controllers_stop.clone());
     tokio::pin!(leading);
 
     let result = tokio::select! {
         renewed = &mut renew => return Err(lost(renewed)),
-        result = &mut leading => result.and(Err(AppError::Controllers(
-            "the controllers stopped without being asked to".to_string(),
-        ))),
+        result = &mut leading => result.and(Err(stopped_unasked())),
         _ = shutdown.cancelled() => {
             controllers_stop.cancel();
             tokio::select! {
                 renewed = &mut renew => return Err(lost(renewed)),
-                result = tokio::time::timeout(CONTROLLER_STOP_TIMEOUT, &mut leading) => match result {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(err)) => {
-                        // A shutdown was asked for: a controller failing while it stops does not make the
-                        // shutdown unclean.
-                        tracing::warn!(error = %err, "a controller failed while stopping");
-                        Ok(())
-                    }
-                    Err(_) => {
-                        tracing::warn!(
-                            timeout = ?CONTROLLER_STOP_TIMEOUT,
-                            "the controllers did not stop in time; releasing the lease anyway"
-                        );
-                        Ok(())
-                    }
-                },
+                stopped = tokio::time::timeout(CONTROLLER_STOP_TIMEOUT, &mut leading) => {
+                    stopped_on_shutdown(stopped)
+                }
             }
         }
     };
     controllers_stop.cancel();
     renew_stop.cancel();
+    release(renew).await?;
+    result
+}
+
+/// The controllers stopped although nobody asked them to.
+fn stopped_unasked() -> AppError {
+    AppError::Controllers("the controllers stopped without being asked to".to_string())
+}
+
+/// How the controllers stopped after a shutdown signal, within [`CONTROLLER_STOP_TIMEOUT`] or not: the
+/// shutdown is clean either way (a controller failing while it stops does not make it unclean).
+fn stopped_on_shutdown(
+    stopped: Result<Result<(), AppError>, tokio::time::error::Elapsed>,
+) -> Result<(), AppError> {
+    match stopped {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "a controller failed while stopping");
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout = ?CONTROLLER_STOP_TIMEOUT,
+                "the controllers did not stop in time; releasing the lease anyway"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the stopped renew loop and releases the Lease, so that a standby takes over at once; a
+/// Lease lost meanwhile is an error.
+async fn release(
+    renew: tokio::task::JoinHandle<(LeaderElector, RenewOutcome)>,
+) -> Result<(), AppError> {
     let (mut elector, outcome) = match renew.await {
         Ok(done) => done,
         Err(err) => return Err(AppError::LeaseLost(format!("the renew task failed: {err}"))),
@@ -452,7 +494,7 @@ pub async fn run_until(
     if let Err(err) = elector.release().await {
         tracing::warn!(error = %err, "could not release the leader lease");
     }
-    result
+    Ok(())
 }
 
 fn lost(renewed: Result<(LeaderElector, RenewOutcome), tokio::task::JoinError>) -> AppError {
@@ -494,58 +536,78 @@ fn controller_clients(
     Ok((shared, event_client, Arc::new(config)))
 }
 
-/// What the leader does: wait for the API server, initialize the cloud, give the controllers their own
-/// credentials with `--use-service-account-credentials`, run the controllers until `stop`.
-async fn lead(
+/// What the leader works with.
+struct Leadership {
+    /// The shared watches' client, also used to wait for the API server and for token requests.
     client: kube::Client,
+    /// The provider, initialized once leadership is won.
     cloud: Arc<dyn CloudProvider>,
-    mut context: ControllerContext,
+    /// What the controllers get.
+    context: ControllerContext,
+    /// The controllers to run.
     controllers: ControllerSet,
+    /// `--use-service-account-credentials`: what the controllers' own clients are made from.
     service_accounts: Option<ServiceAccountSettings>,
-    stop: CancellationToken,
-) -> Result<(), AppError> {
-    tokio::select! {
-        _ = stop.cancelled() => return Ok(()),
-        reachable = wait_for_api_server(&client, API_SERVER_WAIT) => reachable?,
-    }
-    tokio::select! {
-        _ = stop.cancelled() => return Ok(()),
-        initialized = cloud.initialize(client.clone()) => initialized.map_err(AppError::CloudInit)?,
-    }
-    // Kept until the controllers stop: dropping it stops the token refreshers.
-    let mut credentials = None;
-    if let Some(settings) = service_accounts {
-        // Token requests are made with the daemon's own client; the controllers' clients only carry the
-        // tokens.
-        let issuer = Arc::new(TokenRequestIssuer::new(
-            client.clone(),
-            NAMESPACE,
-            TOKEN_LIFETIME,
-        ));
-        let started = tokio::select! {
+}
+
+impl Leadership {
+    /// What the leader does: wait for the API server, initialize the cloud, give the controllers their
+    /// own credentials with `--use-service-account-credentials`, run the controllers until `stop`.
+    async fn lead(self, stop: CancellationToken) -> Result<(), AppError> {
+        let Leadership {
+            client,
+            cloud,
+            mut context,
+            controllers,
+            service_accounts,
+        } = self;
+        tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            started = ControllerCredentials::start(issuer, &settings.base, &controllers.standard, settings.limits) => {
-                started.map_err(AppError::ServiceAccountCredentials)?
-            }
-        };
-        let mut config = (*context.config).clone();
-        config.controller_clients = started.clients().clone();
-        context.config = Arc::new(config);
-        credentials = Some(started);
+            reachable = wait_for_api_server(&client, API_SERVER_WAIT) => reachable?,
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            initialized = cloud.initialize(client.clone()) => initialized.map_err(AppError::CloudInit)?,
+        }
+        // Kept until the controllers stop: dropping it stops the token refreshers.
+        let mut credentials = None;
+        if let Some(settings) = service_accounts {
+            // Token requests are made with the daemon's own client; the controllers' clients only carry
+            // the tokens.
+            let issuer = Arc::new(TokenRequestIssuer::new(
+                client.clone(),
+                NAMESPACE,
+                TOKEN_LIFETIME,
+            ));
+            let started = tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                started = ControllerCredentials::start(issuer, &settings.base, &controllers.standard, settings.limits) => {
+                    started.map_err(AppError::ServiceAccountCredentials)?
+                }
+            };
+            let mut config = (*context.config).clone();
+            config.controller_clients = started.clients().clone();
+            context.config = Arc::new(config);
+            credentials = Some(started);
+        }
+        let names = controllers.names();
+        tracing::info!(controllers = ?names, "starting controllers");
+        if names.is_empty() {
+            tracing::warn!("no controller is enabled; waiting for shutdown");
+        }
+        let result = run_with_provider_controllers(
+            context,
+            &controllers.standard,
+            controllers.provider,
+            stop,
+        )
+        .await
+        .map_err(|err| AppError::Controllers(err.to_string()));
+        if let Some(credentials) = credentials {
+            credentials.stop().await;
+        }
+        result
     }
-    let names = controllers.names();
-    tracing::info!(controllers = ?names, "starting controllers");
-    if names.is_empty() {
-        tracing::warn!("no controller is enabled; waiting for shutdown");
-    }
-    let result =
-        run_with_provider_controllers(context, &controllers.standard, controllers.provider, stop)
-            .await
-            .map_err(|err| AppError::Controllers(err.to_string()));
-    if let Some(credentials) = credentials {
-        credentials.stop().await;
-    }
-    result
 }
 
 /// Polls `/version` until the API server answers, for at most `wait`.

@@ -21,6 +21,7 @@
 //! The controllers' and event clients share one connection pool ([`SharedConnections`]).
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -39,20 +40,43 @@ use tower::{Layer, Service};
 use crate::dry_run;
 use crate::rest_client_metrics::{NO_RESPONSE, RestClientMetrics};
 
-/// A token-bucket budget: `qps` tokens per second, at most `burst` saved up.
+/// A token-bucket budget: `qps` tokens per second, at most `burst` saved up. Both are greater than 0
+/// ([`RateLimits::new`] refuses other values), so a bucket never has to adjust them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimits {
-    /// Sustained requests per second.
-    pub qps: f64,
+    /// Sustained requests per second: finite and greater than 0.
+    qps: f64,
     /// Requests that may be sent at once after an idle period.
-    pub burst: u32,
+    burst: NonZeroU32,
+}
+
+impl RateLimits {
+    /// The budget, when `qps` is a rate ([`RateLimits::is_rate`]) and `burst` at least 1.
+    pub const fn new(qps: f64, burst: u32) -> Option<Self> {
+        match NonZeroU32::new(burst) {
+            Some(burst) if Self::is_rate(qps) => Some(RateLimits { qps, burst }),
+            _ => None,
+        }
+    }
+
+    /// Whether `qps` can be a budget's rate: finite and greater than 0.
+    pub const fn is_rate(qps: f64) -> bool {
+        qps.is_finite() && qps > 0.0
+    }
+
+    /// Sustained requests per second.
+    pub const fn qps(self) -> f64 {
+        self.qps
+    }
+
+    /// Requests that may be sent at once after an idle period.
+    pub const fn burst(self) -> NonZeroU32 {
+        self.burst
+    }
 }
 
 /// The smallest budget of the events client.
-pub const EVENTS_LIMITS: RateLimits = RateLimits {
-    qps: 10.0,
-    burst: 25,
-};
+pub const EVENTS_LIMITS: RateLimits = RateLimits::new(10.0, 25).unwrap();
 
 /// The budget of the events client for a given controllers' budget: a bucket of its own with the same
 /// numbers (never below [`EVENTS_LIMITS`]), so every write that produces an event can also record it
@@ -65,16 +89,10 @@ pub fn events_limits(controllers: RateLimits) -> RateLimits {
 }
 
 /// The budget of the leader-election client (renewals every retry period need very little).
-pub const LEADER_ELECTION_LIMITS: RateLimits = RateLimits {
-    qps: 5.0,
-    burst: 10,
-};
+pub const LEADER_ELECTION_LIMITS: RateLimits = RateLimits::new(5.0, 10).unwrap();
 
 /// The budget of the delegated authentication/authorization clients.
-pub const AUTH_LIMITS: RateLimits = RateLimits {
-    qps: 20.0,
-    burst: 40,
-};
+pub const AUTH_LIMITS: RateLimits = RateLimits::new(20.0, 40).unwrap();
 
 /// Errors building a client.
 #[derive(Debug, thiserror::Error)]
@@ -269,13 +287,9 @@ struct BucketState {
 impl TokenBucket {
     /// A full bucket.
     pub fn new(limits: RateLimits) -> Self {
-        let burst = f64::from(limits.burst.max(1));
+        let burst = f64::from(limits.burst.get());
         Self {
-            qps: if limits.qps > 0.0 {
-                limits.qps
-            } else {
-                f64::MIN_POSITIVE
-            },
+            qps: limits.qps,
             burst,
             state: Mutex::new(BucketState {
                 tokens: burst,
@@ -431,16 +445,21 @@ mod tests {
 
     #[test]
     fn events_budget_follows_the_controllers_budget_with_a_floor() {
-        let small = RateLimits {
-            qps: 5.0,
-            burst: 10,
-        };
+        let small = RateLimits::new(5.0, 10).unwrap();
         assert_eq!(events_limits(small), EVENTS_LIMITS);
-        let large = RateLimits {
-            qps: 500.0,
-            burst: 1000,
-        };
+        let large = RateLimits::new(500.0, 1000).unwrap();
         assert_eq!(events_limits(large), large);
+    }
+
+    #[test]
+    fn budgets_are_greater_than_zero() {
+        assert_eq!(RateLimits::new(0.0, 1), None);
+        assert_eq!(RateLimits::new(-1.0, 1), None);
+        assert_eq!(RateLimits::new(f64::NAN, 1), None);
+        assert_eq!(RateLimits::new(f64::INFINITY, 1), None);
+        assert_eq!(RateLimits::new(1.0, 0), None);
+        let limits = RateLimits::new(0.5, 1).unwrap();
+        assert_eq!((limits.qps(), limits.burst().get()), (0.5, 1));
     }
 
     #[tokio::test(start_paused = true)]
@@ -452,11 +471,7 @@ mod tests {
             record.lock().push(start.elapsed());
             async { Ok::<_, Infallible>(http::Response::new(())) }
         });
-        let mut service = RateLimitLayer::new(RateLimits {
-            qps: 10.0,
-            burst: 3,
-        })
-        .layer(inner);
+        let mut service = RateLimitLayer::new(RateLimits::new(10.0, 3).unwrap()).layer(inner);
         for _ in 0..6 {
             let request = http::Request::new(());
             service.ready().await.unwrap().call(request).await.unwrap();
@@ -467,7 +482,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_time_refills_up_to_the_burst_only() {
-        let bucket = TokenBucket::new(RateLimits { qps: 2.0, burst: 2 });
+        let bucket = TokenBucket::new(RateLimits::new(2.0, 2).unwrap());
         assert_eq!(bucket.reserve(), Duration::ZERO);
         assert_eq!(bucket.reserve(), Duration::ZERO);
         assert_eq!(bucket.reserve(), Duration::from_millis(500));
@@ -494,7 +509,7 @@ mod tests {
                 Ok::<_, Infallible>(http::Response::new(()))
             }
         });
-        let mut service = RateLimitLayer::new(RateLimits { qps: 4.0, burst: 2 }).layer(inner);
+        let mut service = RateLimitLayer::new(RateLimits::new(4.0, 2).unwrap()).layer(inner);
         let mut watches = Vec::new();
         for _ in 0..2 {
             let call = service

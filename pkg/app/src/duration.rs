@@ -165,6 +165,27 @@ pub fn format_duration(duration: Duration) -> String {
     }
 }
 
+/// Formats a duration as [`format_duration`] does, without the zero units at its end: `5m`, `1h30m`,
+/// `10s`, `0s`. The flags' help shows their defaults this way; [`parse_duration`] reads it back.
+///
+/// ```
+/// use std::time::Duration;
+/// use ccm_app::duration::format_duration_compact;
+/// assert_eq!(format_duration_compact(Duration::from_secs(300)), "5m");
+/// assert_eq!(format_duration_compact(Duration::from_secs(5400)), "1h30m");
+/// assert_eq!(format_duration_compact(Duration::from_secs(10)), "10s");
+/// ```
+pub fn format_duration_compact(duration: Duration) -> String {
+    let mut text = format_duration(duration);
+    for zero in ["0s", "0m"] {
+        let rest = text.len() - zero.len();
+        if text.ends_with(zero) && text[..rest].ends_with(['h', 'm']) {
+            text.truncate(rest);
+        }
+    }
+    text
+}
+
 /// `value / unit` with the fractional part written out and trailing zeros dropped.
 fn trim_fraction(value: u128, unit: u128) -> String {
     let whole = value / unit;
@@ -261,6 +282,28 @@ mod tests {
         ];
         for (duration, want) in cases {
             assert_eq!(format_duration(*duration), *want);
+            assert_eq!(parse_duration(want).unwrap(), *duration, "{want}");
+        }
+    }
+
+    #[test]
+    fn compact_formats_drop_trailing_zero_units() {
+        let cases: &[(Duration, &str)] = &[
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(60), "1m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(300), "5m"),
+            (Duration::from_secs(600), "10m"),
+            (Duration::from_secs(3_600), "1h"),
+            (Duration::from_secs(3_610), "1h0m10s"),
+            (Duration::from_secs(5_400), "1h30m"),
+            (Duration::from_millis(60_500), "1m0.5s"),
+        ];
+        for (duration, want) in cases {
+            assert_eq!(format_duration_compact(*duration), *want);
             assert_eq!(parse_duration(want).unwrap(), *duration, "{want}");
         }
     }

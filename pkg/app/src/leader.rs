@@ -33,6 +33,53 @@ use crate::duration::format_duration;
 /// every `retry_period * [1, 1 + RETRY_JITTER)`.
 const RETRY_JITTER: f64 = 0.2;
 
+/// How long a Lease holds without renewal (`--leader-elect-lease-duration`): from [`LeaseDuration::MIN`]
+/// to [`LeaseDuration::MAX`], the range `leaseDurationSeconds` (whole seconds, rounded up, in 32 bits)
+/// can say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaseDuration {
+    duration: Duration,
+    seconds: i32,
+}
+
+/// Why a duration is not a [`LeaseDuration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseDurationError {
+    /// Shorter than [`LeaseDuration::MIN`].
+    #[error("shorter than {:?}", LeaseDuration::MIN)]
+    TooShort,
+    /// Longer than [`LeaseDuration::MAX`].
+    #[error("longer than {:?}", LeaseDuration::MAX)]
+    TooLong,
+}
+
+impl LeaseDuration {
+    /// The shortest lease: the Lease stores whole seconds.
+    pub const MIN: Duration = Duration::from_secs(1);
+    /// The longest lease: `leaseDurationSeconds` is a 32-bit number.
+    pub const MAX: Duration = Duration::from_secs(i32::MAX as u64);
+
+    /// `duration`, when it is between [`LeaseDuration::MIN`] and [`LeaseDuration::MAX`].
+    pub fn new(duration: Duration) -> Result<Self, LeaseDurationError> {
+        if duration < Self::MIN {
+            return Err(LeaseDurationError::TooShort);
+        }
+        let whole = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+        let seconds = i32::try_from(whole).map_err(|_| LeaseDurationError::TooLong)?;
+        Ok(LeaseDuration { duration, seconds })
+    }
+
+    /// The lease as a duration.
+    pub fn get(self) -> Duration {
+        self.duration
+    }
+
+    /// `leaseDurationSeconds`: the duration in whole seconds, rounded up.
+    pub fn seconds(self) -> i32 {
+        self.seconds
+    }
+}
+
 /// Where and how to elect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElectionConfig {
@@ -43,7 +90,7 @@ pub struct LeaderElectionConfig {
     /// This candidate's identity (`<hostname>_<uuid>`).
     pub identity: String,
     /// Written to `leaseDurationSeconds` (rounded up to whole seconds).
-    pub lease_duration: Duration,
+    pub lease_duration: LeaseDuration,
     /// How long the leader keeps trying to renew before giving up.
     pub renew_deadline: Duration,
     /// Wait between attempts.
@@ -226,9 +273,7 @@ impl LeaderElector {
     }
 
     fn lease_duration_seconds(&self) -> i32 {
-        let secs = self.config.lease_duration.as_secs_f64().ceil();
-        // Validation keeps this between 1 s and anything reasonable; clamp defensively.
-        secs.clamp(1.0, f64::from(i32::MAX)) as i32
+        self.config.lease_duration.seconds()
     }
 
     fn api_error(&self, action: &'static str, source: kube::Error) -> LeaderElectionError {
@@ -514,6 +559,25 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_durations_fit_lease_duration_seconds() {
+        let seconds = |duration| LeaseDuration::new(duration).map(LeaseDuration::seconds);
+        assert_eq!(
+            seconds(Duration::from_millis(999)),
+            Err(LeaseDurationError::TooShort)
+        );
+        assert_eq!(seconds(Duration::from_secs(1)), Ok(1));
+        assert_eq!(seconds(Duration::from_millis(1_500)), Ok(2), "rounded up");
+        assert_eq!(seconds(Duration::new(15, 1)), Ok(16));
+        assert_eq!(seconds(LeaseDuration::MAX), Ok(i32::MAX));
+        assert_eq!(
+            seconds(LeaseDuration::MAX + Duration::from_nanos(1)),
+            Err(LeaseDurationError::TooLong)
+        );
+        let lease = LeaseDuration::new(Duration::from_secs(15)).unwrap();
+        assert_eq!(lease.get(), Duration::from_secs(15));
+    }
 
     #[test]
     fn micro_time_has_six_fractional_digits() {

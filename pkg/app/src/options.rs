@@ -4,13 +4,28 @@
 //! are parsed permissively here and checked by [`crate::validation`], so that every bad value gets a specific
 //! message. Boolean flags follow the Go convention: `--leader-elect` means true, `--leader-elect=false`
 //! turns it off.
+//!
+//! The defaults of the controllers' flags are read from [`cloud_controllers::config::defaults`], the one
+//! place they are written (the controllers' own [`ControllerConfig::default`] reads it too).
+//!
+//! [`ControllerConfig::default`]: cloud_controllers::ControllerConfig
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
+use cloud_controllers::config::defaults;
 
 use crate::duration::parse_duration;
+
+/// The help text of a duration flag's default (e.g. `5m`), written once from the typed default.
+macro_rules! duration_default {
+    ($default:expr) => {{
+        static TEXT: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| crate::duration::format_duration_compact($default));
+        TEXT.as_str()
+    }};
+}
 
 /// Any text is a path; an empty value means "not given", as upstream treats it.
 fn parse_path(text: &str) -> Result<PathBuf, std::convert::Infallible> {
@@ -130,7 +145,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "NAME",
-        default_value = "kubernetes",
+        default_value = defaults::CLUSTER_NAME,
         help_heading = "Controllers"
     )]
     pub cluster_name: String,
@@ -151,7 +166,7 @@ pub struct Options {
         value_name = "BOOL",
         num_args = 0..=1,
         require_equals = true,
-        default_value = "false",
+        default_value_t = defaults::ALLOCATE_NODE_CIDRS,
         default_missing_value = "true",
         action = ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new(),
@@ -165,7 +180,7 @@ pub struct Options {
         value_name = "BOOL",
         num_args = 0..=1,
         require_equals = true,
-        default_value = "true",
+        default_value_t = defaults::CONFIGURE_CLOUD_ROUTES,
         default_missing_value = "true",
         action = ArgAction::Set,
         value_parser = clap::builder::BoolishValueParser::new(),
@@ -174,21 +189,45 @@ pub struct Options {
     pub configure_cloud_routes: bool,
 
     /// Period of the node-lifecycle pass over all nodes.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, help_heading = "Controllers")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = duration_default!(defaults::NODE_MONITOR_PERIOD.get()),
+        value_parser = parse_duration,
+        help_heading = "Controllers"
+    )]
     pub node_monitor_period: Duration,
 
     /// How long after a Node's creation cloud-node-lifecycle-controller never deletes it because the cloud
     /// cannot find its instance (clouds such as EC2 may not list a just-launched instance at once); 0 turns
     /// the grace off, as upstream's default.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration, help_heading = "Controllers")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = duration_default!(defaults::INSTANCE_EXISTS_GRACE_PERIOD),
+        value_parser = parse_duration,
+        help_heading = "Controllers"
+    )]
     pub instance_exists_grace_period: Duration,
 
     /// Period of the node address sync with the cloud.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Controllers")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = duration_default!(defaults::NODE_STATUS_UPDATE_FREQUENCY.get()),
+        value_parser = parse_duration,
+        help_heading = "Controllers"
+    )]
     pub node_status_update_frequency: Duration,
 
     /// Period of the full route reconciliation.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, help_heading = "Controllers")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = duration_default!(defaults::ROUTE_RECONCILIATION_PERIOD.get()),
+        value_parser = parse_duration,
+        help_heading = "Controllers"
+    )]
     pub route_reconciliation_period: Duration,
 
     /// How long one cloud provider call of a controller may take before it is abandoned: the object is
@@ -197,14 +236,20 @@ pub struct Options {
     /// 1h. The default leaves room for the providers' own limits (an AWS SDK operation may take 120s with
     /// retries and a bulk lookup makes two; a DigitalOcean request 30s per attempt over 6 attempts);
     /// upstream has no timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, help_heading = "Controllers")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = duration_default!(defaults::CLOUD_CALL_TIMEOUT.get()),
+        value_parser = parse_duration,
+        help_heading = "Controllers"
+    )]
     pub cloud_call_timeout: Duration,
 
     /// Number of nodes synced concurrently by cloud-node-controller (at least 1).
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 1,
+        default_value_t = defaults::CONCURRENT_NODE_SYNCS.get() as i64,
         help_heading = "Controllers"
     )]
     pub concurrent_node_syncs: i64,
@@ -213,7 +258,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 1,
+        default_value_t = defaults::CONCURRENT_SERVICE_SYNCS.get() as i64,
         help_heading = "Controllers"
     )]
     pub concurrent_service_syncs: i64,
@@ -223,7 +268,7 @@ pub struct Options {
     #[arg(
         long,
         value_name = "PERCENT",
-        default_value_t = 50,
+        default_value_t = i64::from(defaults::NODE_DELETION_MAX_PERCENT.get()),
         help_heading = "Controllers"
     )]
     pub node_deletion_max_percent: i64,
@@ -389,7 +434,7 @@ mod tests {
         assert_eq!(o.cloud_call_timeout, Duration::from_secs(300));
         assert_eq!(
             o.cloud_call_timeout,
-            cloud_controllers::DEFAULT_CLOUD_CALL_TIMEOUT
+            cloud_controllers::config::defaults::CLOUD_CALL_TIMEOUT.get()
         );
         assert_eq!(o.concurrent_node_syncs, 1);
         assert_eq!(o.concurrent_service_syncs, 1);

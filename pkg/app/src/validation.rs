@@ -2,17 +2,21 @@
 //! daemon exits with code 2 (a usage error) when any is found.
 
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{ControllerConfig, MAX_CLOUD_CALL_TIMEOUT};
+use cloud_controllers::{
+    CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ControllerConfig, NonZeroDuration,
+    Percent, Period, PeriodError,
+};
 use cloud_provider::RegistryError;
-use ipnet::IpNet;
 
+use crate::client::RateLimits;
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
-use crate::leader::LeaderElectionConfig;
+use crate::leader::{LeaderElectionConfig, LeaseDuration, LeaseDurationError};
 use crate::options::{DryRunOutput, LogFormat, Options};
 
 /// client-go's jitter factor for leader-election retries: the renew deadline must exceed
@@ -27,7 +31,7 @@ pub struct LeaderElectionSettings {
     /// Name of the Lease.
     pub name: String,
     /// `--leader-elect-lease-duration`.
-    pub lease_duration: Duration,
+    pub lease_duration: LeaseDuration,
     /// `--leader-elect-renew-deadline`.
     pub renew_deadline: Duration,
     /// `--leader-elect-retry-period`.
@@ -78,10 +82,8 @@ pub struct AppConfig {
     pub kubeconfig: Option<PathBuf>,
     /// `--master`.
     pub master: Option<String>,
-    /// `--kube-api-qps`.
-    pub kube_api_qps: f64,
-    /// `--kube-api-burst`.
-    pub kube_api_burst: u32,
+    /// `--kube-api-qps` and `--kube-api-burst`: the controllers' budget of API requests.
+    pub kube_api_limits: RateLimits,
     /// `--use-service-account-credentials`: each controller writes as its own ServiceAccount.
     pub use_service_account_credentials: bool,
     /// The `--controllers` entries; which controllers they enable is known once the provider is built
@@ -110,12 +112,56 @@ pub struct ValidationErrors(pub Vec<String>);
 /// appear in the message for an empty or `external` `--cloud-provider`).
 pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, ValidationErrors> {
     let mut errors = Vec::new();
+    let cloud_provider = validate_cloud_provider(options, providers, &mut errors);
+    let kube_api_limits = validate_kube_api(options, &mut errors);
+    let controllers = validate_controllers(options, &mut errors);
+    let controller_config = validate_controller_config(options, &mut errors);
+    let leader_election = if options.leader_elect {
+        validate_leader_election(options, &mut errors)
+    } else {
+        None
+    };
+    let serving = validate_serving(options, &mut errors);
+
+    let (Some(kube_api_limits), Some(controller_config), true) =
+        (kube_api_limits, controller_config, errors.is_empty())
+    else {
+        return Err(ValidationErrors(errors));
+    };
+    Ok(AppConfig {
+        cloud_provider,
+        cloud_config: non_empty_path(&options.cloud_config),
+        allow_untagged_cloud: options.allow_untagged_cloud,
+        kubeconfig: non_empty_path(&options.kubeconfig),
+        master: options.master.clone().filter(|m| !m.is_empty()),
+        kube_api_limits,
+        use_service_account_credentials: options.use_service_account_credentials,
+        controllers,
+        controller_config: Arc::new(controller_config),
+        leader_election,
+        serving,
+        verbosity: options.verbosity,
+        log_format: options.log_format,
+        dry_run: options.dry_run.then_some(options.dry_run_output),
+    })
+}
+
+/// A path flag's value; an empty one means "not given", as upstream treats it.
+fn non_empty_path(path: &Option<PathBuf>) -> Option<PathBuf> {
+    path.clone().filter(|p| !p.as_os_str().is_empty())
+}
+
+/// `--cloud-provider`, trimmed: neither empty nor `external`.
+fn validate_cloud_provider(
+    options: &Options,
+    providers: &[String],
+    errors: &mut Vec<String>,
+) -> String {
     let known = if providers.is_empty() {
         "none".to_string()
     } else {
         providers.join(", ")
     };
-
     let cloud_provider = options
         .cloud_provider
         .as_deref()
@@ -133,7 +179,12 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             RegistryError::External
         ));
     }
+    cloud_provider
+}
 
+/// `--master` (a URL), and the budget of `--kube-api-qps` (greater than 0) and `--kube-api-burst` (at
+/// least 1).
+fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<RateLimits> {
     if let Some(master) = &options.master
         && (master.parse::<http::Uri>().is_err() || !master.contains("://"))
     {
@@ -141,189 +192,163 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
             "--master {master:?} is not a URL (expected e.g. https://10.0.0.1:6443)"
         ));
     }
-    if !(options.kube_api_qps.is_finite() && options.kube_api_qps > 0.0) {
+    if !RateLimits::is_rate(options.kube_api_qps) {
         errors.push(format!(
             "--kube-api-qps must be greater than 0, got {}",
             options.kube_api_qps
         ));
     }
-    let kube_api_burst = match u32::try_from(options.kube_api_burst) {
-        Ok(burst) if burst >= 1 => burst,
+    match u32::try_from(options.kube_api_burst) {
+        Ok(burst) if burst >= 1 => RateLimits::new(options.kube_api_qps, burst),
         _ => {
             errors.push(format!(
                 "--kube-api-burst must be at least 1, got {}",
                 options.kube_api_burst
             ));
-            1
+            None
         }
-    };
+    }
+}
 
-    let controllers = match ControllerSelection::parse(&options.controllers) {
+/// The `--controllers` entries (which controllers they name is checked once the provider is known).
+fn validate_controllers(options: &Options, errors: &mut Vec<String>) -> ControllerSelection {
+    match ControllerSelection::parse(&options.controllers) {
         Ok(controllers) => controllers,
         Err(message) => {
             errors.push(message);
             ControllerSelection::parse(&[]).expect("no entries")
         }
-    };
+    }
+}
 
+/// The settings of the controllers, in flag order: `--cluster-name` to `--node-deletion-max-percent`.
+/// `None` when one of them is bad (its error is in `errors`).
+fn validate_controller_config(
+    options: &Options,
+    errors: &mut Vec<String>,
+) -> Option<ControllerConfig> {
     if options.cluster_name.trim().is_empty() {
         errors.push("--cluster-name must not be empty".to_string());
     }
-    let cluster_cidrs = match parse_cluster_cidrs(&options.cluster_cidr) {
-        Ok(cidrs) => cidrs,
-        Err(message) => {
-            errors.push(message);
-            Vec::new()
-        }
-    };
-    for (flag, value) in [
-        ("--node-monitor-period", options.node_monitor_period),
-        (
-            "--node-status-update-frequency",
-            options.node_status_update_frequency,
-        ),
-        (
-            "--route-reconciliation-period",
-            options.route_reconciliation_period,
-        ),
-    ] {
-        if value.is_zero() {
-            errors.push(format!("{flag} must be greater than 0"));
-        }
-    }
-    let cloud_call_timeout = options.cloud_call_timeout;
-    if cloud_call_timeout.is_zero() {
-        errors.push("--cloud-call-timeout must be greater than 0".to_string());
-    } else if cloud_call_timeout > MAX_CLOUD_CALL_TIMEOUT {
-        errors.push(format!(
-            "--cloud-call-timeout must be at most {}, got {}",
-            format_duration(MAX_CLOUD_CALL_TIMEOUT),
-            format_duration(cloud_call_timeout)
-        ));
-    }
+    let cluster_cidrs = parse_cluster_cidrs(&options.cluster_cidr)
+        .map_err(|message| errors.push(message))
+        .ok();
+    let node_monitor_period = period("--node-monitor-period", options.node_monitor_period, errors);
+    let node_status_update_frequency = non_zero(
+        "--node-status-update-frequency",
+        options.node_status_update_frequency,
+        errors,
+    );
+    let route_reconciliation_period = period(
+        "--route-reconciliation-period",
+        options.route_reconciliation_period,
+        errors,
+    );
+    let cloud_call_timeout = cloud_call_timeout(options.cloud_call_timeout, errors);
     let concurrent_node_syncs = positive_count(
         "--concurrent-node-syncs",
         options.concurrent_node_syncs,
-        &mut errors,
+        errors,
     );
     let concurrent_service_syncs = positive_count(
         "--concurrent-service-syncs",
         options.concurrent_service_syncs,
-        &mut errors,
+        errors,
     );
-    let node_deletion_max_percent = match u32::try_from(options.node_deletion_max_percent) {
-        Ok(percent) if percent <= 100 => percent,
-        _ => {
-            errors.push(format!(
-                "--node-deletion-max-percent must be between 0 and 100, got {}",
-                options.node_deletion_max_percent
-            ));
-            0
-        }
-    };
-
-    let leader_election = if options.leader_elect {
-        validate_leader_election(options, &mut errors)
-    } else {
-        None
-    };
-
-    let serving = validate_serving(options, &mut errors);
-
-    if !errors.is_empty() {
-        return Err(ValidationErrors(errors));
-    }
-
-    let controller_config = ControllerConfig {
+    let node_deletion_max_percent = percent(
+        "--node-deletion-max-percent",
+        options.node_deletion_max_percent,
+        errors,
+    );
+    Some(ControllerConfig {
         cluster_name: options.cluster_name.trim().to_string(),
-        cluster_cidrs,
+        cluster_cidrs: cluster_cidrs?,
         allocate_node_cidrs: options.allocate_node_cidrs,
         configure_cloud_routes: options.configure_cloud_routes,
-        node_monitor_period: options.node_monitor_period,
+        node_monitor_period: node_monitor_period?,
         instance_exists_grace_period: options.instance_exists_grace_period,
-        node_status_update_frequency: options.node_status_update_frequency,
-        route_reconciliation_period: options.route_reconciliation_period,
-        concurrent_node_syncs,
-        concurrent_service_syncs,
-        node_deletion_max_percent,
-        cloud_call_timeout,
+        node_status_update_frequency: Some(node_status_update_frequency?),
+        route_reconciliation_period: route_reconciliation_period?,
+        concurrent_node_syncs: concurrent_node_syncs?,
+        concurrent_service_syncs: concurrent_service_syncs?,
+        node_deletion_max_percent: node_deletion_max_percent?,
+        cloud_call_timeout: cloud_call_timeout?,
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
         event_clients: Default::default(),
         // A dry run's log is made when the dry run starts.
         dry_run: None,
-    };
-
-    Ok(AppConfig {
-        cloud_provider,
-        cloud_config: options
-            .cloud_config
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        allow_untagged_cloud: options.allow_untagged_cloud,
-        kubeconfig: options
-            .kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        master: options.master.clone().filter(|m| !m.is_empty()),
-        kube_api_qps: options.kube_api_qps,
-        kube_api_burst,
-        use_service_account_credentials: options.use_service_account_credentials,
-        controllers,
-        controller_config: Arc::new(controller_config),
-        leader_election,
-        serving,
-        verbosity: options.verbosity,
-        log_format: options.log_format,
-        dry_run: options.dry_run.then_some(options.dry_run_output),
     })
 }
 
-fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> usize {
-    match usize::try_from(value) {
-        Ok(count) if count >= 1 => count,
-        _ => {
-            errors.push(format!("{flag} must be at least 1, got {value}"));
-            1
-        }
-    }
+/// The period of a controller's pass: at least [`Period::MIN`] (a shorter one is refused, never raised).
+fn period(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<Period> {
+    Period::new(value)
+        .map_err(|error| {
+            errors.push(match error {
+                PeriodError::Zero => format!("{flag} must be greater than 0"),
+                PeriodError::TooShort { got } => format!(
+                    "{flag} must be at least {}, got {}",
+                    format_duration(Period::MIN),
+                    format_duration(got)
+                ),
+            })
+        })
+        .ok()
 }
 
-/// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR.
-pub fn parse_cluster_cidrs(value: &str) -> Result<Vec<IpNet>, String> {
-    let value = value.trim();
-    if value.is_empty() {
-        return Ok(Vec::new());
+/// A duration greater than 0.
+fn non_zero(flag: &str, value: Duration, errors: &mut Vec<String>) -> Option<NonZeroDuration> {
+    let duration = NonZeroDuration::new(value);
+    if duration.is_none() {
+        errors.push(format!("{flag} must be greater than 0"));
     }
-    let parts: Vec<&str> = value.split(',').map(str::trim).collect();
-    let mut cidrs = Vec::with_capacity(parts.len());
-    for part in &parts {
-        let cidr: IpNet = part.parse().map_err(|_| {
-            format!("--cluster-cidr: {part:?} is not a valid CIDR (expected e.g. 10.244.0.0/16)")
-        })?;
-        cidrs.push(cidr);
-    }
-    if cidrs.len() > 2 {
-        return Err(format!(
-            "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got {}",
-            cidrs.len()
-        ));
-    }
-    if let [first, second] = cidrs.as_slice() {
-        let same_family = matches!(
-            (first, second),
-            (IpNet::V4(_), IpNet::V4(_)) | (IpNet::V6(_), IpNet::V6(_))
-        );
-        if same_family {
-            return Err(format!(
-                "--cluster-cidr {value:?}: a dual-stack value needs one IPv4 and one IPv6 CIDR, got two of \
-                 the same family"
-            ));
-        }
-    }
-    Ok(cidrs)
+    duration
 }
 
+/// `--cloud-call-timeout`: greater than 0, at most [`CloudCallTimeout::MAX`].
+fn cloud_call_timeout(value: Duration, errors: &mut Vec<String>) -> Option<CloudCallTimeout> {
+    CloudCallTimeout::new(value)
+        .map_err(|error| {
+            errors.push(match error {
+                CloudCallTimeoutError::Zero => {
+                    "--cloud-call-timeout must be greater than 0".to_string()
+                }
+                CloudCallTimeoutError::TooLong { got } => format!(
+                    "--cloud-call-timeout must be at most {}, got {}",
+                    format_duration(CloudCallTimeout::MAX),
+                    format_duration(got)
+                ),
+            })
+        })
+        .ok()
+}
+
+/// A count of workers: at least 1.
+fn positive_count(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<NonZeroUsize> {
+    let count = usize::try_from(value).ok().and_then(NonZeroUsize::new);
+    if count.is_none() {
+        errors.push(format!("{flag} must be at least 1, got {value}"));
+    }
+    count
+}
+
+/// A share in percent: 0 to 100.
+fn percent(flag: &str, value: i64, errors: &mut Vec<String>) -> Option<Percent> {
+    let percent = u32::try_from(value).ok().and_then(Percent::new);
+    if percent.is_none() {
+        errors.push(format!("{flag} must be between 0 and 100, got {value}"));
+    }
+    percent
+}
+
+/// Parses `--cluster-cidr`: empty, one CIDR, or one IPv4 and one IPv6 CIDR. The one parser of the flag:
+/// the controllers take the result as it is.
+pub fn parse_cluster_cidrs(value: &str) -> Result<ClusterCidrs, String> {
+    ClusterCidrs::parse(value).map_err(|error| error.to_string())
+}
+
+/// The `--leader-elect-*` timings and Lease name (checked only with `--leader-elect=true`).
 fn validate_leader_election(
     options: &Options,
     errors: &mut Vec<String>,
@@ -332,12 +357,24 @@ fn validate_leader_election(
     let renew = options.leader_elect_renew_deadline;
     let retry = options.leader_elect_retry_period;
     let before = errors.len();
-    if lease < Duration::from_secs(1) {
-        errors.push(format!(
-            "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got {}",
-            format_duration(lease)
-        ));
-    }
+    let lease_duration = LeaseDuration::new(lease)
+        .map_err(|error| {
+            errors.push(match error {
+                LeaseDurationError::TooShort => format!(
+                    "--leader-elect-lease-duration must be at least {} (the Lease stores whole seconds), \
+                     got {}",
+                    format_duration(LeaseDuration::MIN),
+                    format_duration(lease)
+                ),
+                LeaseDurationError::TooLong => format!(
+                    "--leader-elect-lease-duration must be at most {} (the Lease stores whole seconds in \
+                     32 bits), got {}",
+                    format_duration(LeaseDuration::MAX),
+                    format_duration(lease)
+                ),
+            })
+        })
+        .ok();
     if renew.is_zero() {
         errors.push("--leader-elect-renew-deadline must be greater than 0".to_string());
     } else if renew >= lease {
@@ -363,15 +400,19 @@ fn validate_leader_election(
     if options.leader_elect_resource_namespace.trim().is_empty() {
         errors.push("--leader-elect-resource-namespace must not be empty".to_string());
     }
-    (errors.len() == before).then(|| LeaderElectionSettings {
+    if errors.len() != before {
+        return None;
+    }
+    Some(LeaderElectionSettings {
         namespace: options.leader_elect_resource_namespace.trim().to_string(),
         name: options.leader_elect_resource_name.trim().to_string(),
-        lease_duration: lease,
+        lease_duration: lease_duration?,
         renew_deadline: renew,
         retry_period: retry,
     })
 }
 
+/// `--bind-address`, `--secure-port` and the TLS and delegated-auth flags; `None` when serving is off.
 fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<ServingSettings> {
     let before = errors.len();
     let port = match u16::try_from(options.secure_port) {
@@ -394,14 +435,8 @@ fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<Servi
             None
         }
     };
-    let cert = options
-        .tls_cert_file
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty());
-    let key = options
-        .tls_private_key_file
-        .clone()
-        .filter(|p| !p.as_os_str().is_empty());
+    let cert = non_empty_path(&options.tls_cert_file);
+    let key = non_empty_path(&options.tls_private_key_file);
     let cert_and_key = match (cert, key) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (None, None) => None,
@@ -432,14 +467,8 @@ fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<Servi
     Some(ServingSettings {
         address: SocketAddr::new(ip, port),
         cert_and_key,
-        authentication_kubeconfig: options
-            .authentication_kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
-        authorization_kubeconfig: options
-            .authorization_kubeconfig
-            .clone()
-            .filter(|p| !p.as_os_str().is_empty()),
+        authentication_kubeconfig: non_empty_path(&options.authentication_kubeconfig),
+        authorization_kubeconfig: non_empty_path(&options.authorization_kubeconfig),
         authentication_skip_lookup: options.authentication_skip_lookup,
         always_allow_paths: options.authorization_always_allow_paths.clone(),
     })
@@ -469,171 +498,188 @@ mod tests {
     }
 
     /// One bad value per row, with its exact message.
+    const BAD_VALUES: &[(&[&str], &str)] = &[
+        (
+            &["--concurrent-node-syncs=0"],
+            "--concurrent-node-syncs must be at least 1, got 0",
+        ),
+        (
+            &["--concurrent-node-syncs=-3"],
+            "--concurrent-node-syncs must be at least 1, got -3",
+        ),
+        (
+            &["--concurrent-service-syncs=0"],
+            "--concurrent-service-syncs must be at least 1, got 0",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/33"],
+            "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+        ),
+        (
+            &["--cluster-cidr=banana"],
+            "--cluster-cidr: \"banana\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"],
+            "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got 3",
+        ),
+        (
+            &["--cluster-cidr=10.0.0.0/16,10.1.0.0/16"],
+            "--cluster-cidr \"10.0.0.0/16,10.1.0.0/16\": a dual-stack value needs one IPv4 and one IPv6 \
+             CIDR, got two of the same family",
+        ),
+        (
+            &["--cluster-cidr=fd00::/48,fd01::/48"],
+            "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
+             CIDR, got two of the same family",
+        ),
+        (
+            &["--leader-elect-renew-deadline=15s"],
+            "--leader-elect-renew-deadline (15s) must be less than --leader-elect-lease-duration (15s)",
+        ),
+        (
+            &[
+                "--leader-elect-renew-deadline=20s",
+                "--leader-elect-lease-duration=15s",
+            ],
+            "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)",
+        ),
+        (
+            &["--leader-elect-retry-period=0s"],
+            "--leader-elect-retry-period must be greater than 0",
+        ),
+        (
+            &["--leader-elect-retry-period=9s"],
+            "--leader-elect-renew-deadline (10s) must be greater than 1.2 x --leader-elect-retry-period \
+             (9s)",
+        ),
+        (
+            &["--leader-elect-renew-deadline=0s"],
+            "--leader-elect-renew-deadline must be greater than 0",
+        ),
+        (
+            &[
+                "--leader-elect-lease-duration=500ms",
+                "--leader-elect-renew-deadline=400ms",
+                "--leader-elect-retry-period=100ms",
+            ],
+            "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
+        ),
+        (
+            &[
+                "--leader-elect-lease-duration=596523h14m8s",
+                "--leader-elect-renew-deadline=10s",
+            ],
+            "--leader-elect-lease-duration must be at most 596523h14m7s (the Lease stores whole \
+             seconds in 32 bits), got 596523h14m8s",
+        ),
+        (
+            &["--leader-elect-resource-name="],
+            "--leader-elect-resource-name must not be empty",
+        ),
+        (
+            &["--leader-elect-resource-namespace= "],
+            "--leader-elect-resource-namespace must not be empty",
+        ),
+        (
+            &["--secure-port=70000"],
+            "--secure-port must be between 0 and 65535 (0 disables serving), got 70000",
+        ),
+        (
+            &["--secure-port=-1"],
+            "--secure-port must be between 0 and 65535 (0 disables serving), got -1",
+        ),
+        (
+            &["--tls-cert-file=/tmp/cert.pem"],
+            "--tls-cert-file requires --tls-private-key-file",
+        ),
+        (
+            &["--tls-private-key-file=/tmp/key.pem"],
+            "--tls-private-key-file requires --tls-cert-file",
+        ),
+        (
+            &["--bind-address=localhost"],
+            "--bind-address \"localhost\" is not an IP address",
+        ),
+        (
+            &["--node-deletion-max-percent=101"],
+            "--node-deletion-max-percent must be between 0 and 100, got 101",
+        ),
+        (
+            &["--node-deletion-max-percent=-1"],
+            "--node-deletion-max-percent must be between 0 and 100, got -1",
+        ),
+        (
+            &["--kube-api-qps=0"],
+            "--kube-api-qps must be greater than 0, got 0",
+        ),
+        (
+            &["--kube-api-burst=0"],
+            "--kube-api-burst must be at least 1, got 0",
+        ),
+        (
+            &["--node-monitor-period=0s"],
+            "--node-monitor-period must be greater than 0",
+        ),
+        (
+            &["--node-monitor-period=1ms"],
+            "--node-monitor-period must be at least 10ms, got 1ms",
+        ),
+        (
+            &["--route-reconciliation-period=9.999ms"],
+            "--route-reconciliation-period must be at least 10ms, got 9.999ms",
+        ),
+        (
+            &["--node-status-update-frequency=0"],
+            "--node-status-update-frequency must be greater than 0",
+        ),
+        (
+            &["--route-reconciliation-period=0ms"],
+            "--route-reconciliation-period must be greater than 0",
+        ),
+        (
+            &["--cloud-call-timeout=0s"],
+            "--cloud-call-timeout must be greater than 0",
+        ),
+        (
+            &["--cloud-call-timeout=1h0m0.001s"],
+            "--cloud-call-timeout must be at most 1h0m0s, got 1h0m0.001s",
+        ),
+        (
+            &["--cloud-call-timeout=48h"],
+            "--cloud-call-timeout must be at most 1h0m0s, got 48h0m0s",
+        ),
+        (&["--cluster-name="], "--cluster-name must not be empty"),
+        (
+            &["--master=not a url"],
+            "--master \"not a url\" is not a URL (expected e.g. https://10.0.0.1:6443)",
+        ),
+        (
+            &["--authorization-always-allow-paths=metrics"],
+            "--authorization-always-allow-paths: \"metrics\" must start with \"/\"",
+        ),
+        (
+            &["--authorization-always-allow-paths=/a*b"],
+            "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
+        ),
+        (
+            &["--cloud-provider="],
+            "--cloud-provider: no cloud provider given: the cloud-controller-manager runs the \
+             cloud-specific controllers and needs a concrete provider name (--cloud-provider) \
+             (compiled-in providers: aws, fake)",
+        ),
+        (
+            &["--cloud-provider=external"],
+            "--cloud-provider: cloud provider \"external\" cannot be used here: \"external\" tells \
+             kubelets and kube-controller-manager that a separate cloud-controller-manager runs the \
+             cloud loops, and this program is that cloud-controller-manager; give it a concrete provider \
+             name (--cloud-provider) (compiled-in providers: aws, fake)",
+        ),
+    ];
+
     #[test]
     fn bad_values_and_their_messages() {
-        let table: &[(&[&str], &str)] = &[
-            (
-                &["--concurrent-node-syncs=0"],
-                "--concurrent-node-syncs must be at least 1, got 0",
-            ),
-            (
-                &["--concurrent-node-syncs=-3"],
-                "--concurrent-node-syncs must be at least 1, got -3",
-            ),
-            (
-                &["--concurrent-service-syncs=0"],
-                "--concurrent-service-syncs must be at least 1, got 0",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/33"],
-                "--cluster-cidr: \"10.0.0.0/33\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
-            ),
-            (
-                &["--cluster-cidr=banana"],
-                "--cluster-cidr: \"banana\" is not a valid CIDR (expected e.g. 10.244.0.0/16)",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/16,fd00::/48,10.1.0.0/16"],
-                "--cluster-cidr accepts at most two CIDRs (one IPv4 and one IPv6), got 3",
-            ),
-            (
-                &["--cluster-cidr=10.0.0.0/16,10.1.0.0/16"],
-                "--cluster-cidr \"10.0.0.0/16,10.1.0.0/16\": a dual-stack value needs one IPv4 and one IPv6 \
-                 CIDR, got two of the same family",
-            ),
-            (
-                &["--cluster-cidr=fd00::/48,fd01::/48"],
-                "--cluster-cidr \"fd00::/48,fd01::/48\": a dual-stack value needs one IPv4 and one IPv6 \
-                 CIDR, got two of the same family",
-            ),
-            (
-                &["--leader-elect-renew-deadline=15s"],
-                "--leader-elect-renew-deadline (15s) must be less than --leader-elect-lease-duration (15s)",
-            ),
-            (
-                &[
-                    "--leader-elect-renew-deadline=20s",
-                    "--leader-elect-lease-duration=15s",
-                ],
-                "--leader-elect-renew-deadline (20s) must be less than --leader-elect-lease-duration (15s)",
-            ),
-            (
-                &["--leader-elect-retry-period=0s"],
-                "--leader-elect-retry-period must be greater than 0",
-            ),
-            (
-                &["--leader-elect-retry-period=9s"],
-                "--leader-elect-renew-deadline (10s) must be greater than 1.2 x --leader-elect-retry-period \
-                 (9s)",
-            ),
-            (
-                &["--leader-elect-renew-deadline=0s"],
-                "--leader-elect-renew-deadline must be greater than 0",
-            ),
-            (
-                &[
-                    "--leader-elect-lease-duration=500ms",
-                    "--leader-elect-renew-deadline=400ms",
-                    "--leader-elect-retry-period=100ms",
-                ],
-                "--leader-elect-lease-duration must be at least 1s (the Lease stores whole seconds), got 500ms",
-            ),
-            (
-                &["--leader-elect-resource-name="],
-                "--leader-elect-resource-name must not be empty",
-            ),
-            (
-                &["--leader-elect-resource-namespace= "],
-                "--leader-elect-resource-namespace must not be empty",
-            ),
-            (
-                &["--secure-port=70000"],
-                "--secure-port must be between 0 and 65535 (0 disables serving), got 70000",
-            ),
-            (
-                &["--secure-port=-1"],
-                "--secure-port must be between 0 and 65535 (0 disables serving), got -1",
-            ),
-            (
-                &["--tls-cert-file=/tmp/cert.pem"],
-                "--tls-cert-file requires --tls-private-key-file",
-            ),
-            (
-                &["--tls-private-key-file=/tmp/key.pem"],
-                "--tls-private-key-file requires --tls-cert-file",
-            ),
-            (
-                &["--bind-address=localhost"],
-                "--bind-address \"localhost\" is not an IP address",
-            ),
-            (
-                &["--node-deletion-max-percent=101"],
-                "--node-deletion-max-percent must be between 0 and 100, got 101",
-            ),
-            (
-                &["--node-deletion-max-percent=-1"],
-                "--node-deletion-max-percent must be between 0 and 100, got -1",
-            ),
-            (
-                &["--kube-api-qps=0"],
-                "--kube-api-qps must be greater than 0, got 0",
-            ),
-            (
-                &["--kube-api-burst=0"],
-                "--kube-api-burst must be at least 1, got 0",
-            ),
-            (
-                &["--node-monitor-period=0s"],
-                "--node-monitor-period must be greater than 0",
-            ),
-            (
-                &["--node-status-update-frequency=0"],
-                "--node-status-update-frequency must be greater than 0",
-            ),
-            (
-                &["--route-reconciliation-period=0ms"],
-                "--route-reconciliation-period must be greater than 0",
-            ),
-            (
-                &["--cloud-call-timeout=0s"],
-                "--cloud-call-timeout must be greater than 0",
-            ),
-            (
-                &["--cloud-call-timeout=1h0m0.001s"],
-                "--cloud-call-timeout must be at most 1h0m0s, got 1h0m0.001s",
-            ),
-            (
-                &["--cloud-call-timeout=48h"],
-                "--cloud-call-timeout must be at most 1h0m0s, got 48h0m0s",
-            ),
-            (&["--cluster-name="], "--cluster-name must not be empty"),
-            (
-                &["--master=not a url"],
-                "--master \"not a url\" is not a URL (expected e.g. https://10.0.0.1:6443)",
-            ),
-            (
-                &["--authorization-always-allow-paths=metrics"],
-                "--authorization-always-allow-paths: \"metrics\" must start with \"/\"",
-            ),
-            (
-                &["--authorization-always-allow-paths=/a*b"],
-                "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
-            ),
-            (
-                &["--cloud-provider="],
-                "--cloud-provider: no cloud provider given: the cloud-controller-manager runs the \
-                 cloud-specific controllers and needs a concrete provider name (--cloud-provider) \
-                 (compiled-in providers: aws, fake)",
-            ),
-            (
-                &["--cloud-provider=external"],
-                "--cloud-provider: cloud provider \"external\" cannot be used here: \"external\" tells \
-                 kubelets and kube-controller-manager that a separate cloud-controller-manager runs the \
-                 cloud loops, and this program is that cloud-controller-manager; give it a concrete provider \
-                 name (--cloud-provider) (compiled-in providers: aws, fake)",
-            ),
-        ];
-        for (args, want) in table {
+        for (args, want) in BAD_VALUES {
             assert_eq!(errors_for(args), vec![want.to_string()], "args {args:?}");
         }
     }
@@ -712,11 +758,11 @@ mod tests {
         assert_eq!(config.cloud_config, None);
         assert_eq!(config.controller_config.cluster_cidrs.len(), 2);
         assert!(config.controller_config.allocate_node_cidrs);
-        assert_eq!(config.controller_config.concurrent_node_syncs, 4);
-        assert_eq!(config.controller_config.node_deletion_max_percent, 0);
+        assert_eq!(config.controller_config.concurrent_node_syncs.get(), 4);
+        assert_eq!(config.controller_config.node_deletion_max_percent.get(), 0);
         assert_eq!(config.controller_config.cluster_name, "kubernetes");
         assert_eq!(
-            config.controller_config.cloud_call_timeout,
+            config.controller_config.cloud_call_timeout.get(),
             Duration::from_secs(3600),
             "the largest value is accepted"
         );
@@ -724,13 +770,72 @@ mod tests {
         assert!(!controllers.contains(&ControllerName::PvLabel));
         assert_eq!(controllers.len(), 4);
         assert!(config.serving.is_none());
-        assert_eq!(config.kube_api_qps, 5.5);
-        assert_eq!(config.kube_api_burst, 7);
+        assert_eq!(config.kube_api_limits.qps(), 5.5);
+        assert_eq!(config.kube_api_limits.burst().get(), 7);
         assert!(!config.use_service_account_credentials);
         let le = config.leader_election.unwrap();
-        assert_eq!(le.lease_duration, Duration::from_secs(2));
+        assert_eq!(le.lease_duration.get(), Duration::from_secs(2));
         assert_eq!(le.namespace, "kube-system");
         assert_eq!(le.name, "cloud-controller-manager");
+    }
+
+    /// A period the controllers would have to raise is refused at start-up; the minimum itself is taken.
+    #[test]
+    fn periods_below_the_minimum_are_start_up_errors() {
+        let errors = errors_for(&[
+            "--node-monitor-period=500us",
+            "--route-reconciliation-period=1ms",
+        ]);
+        assert_eq!(
+            errors,
+            [
+                "--node-monitor-period must be at least 10ms, got 500µs",
+                "--route-reconciliation-period must be at least 10ms, got 1ms",
+            ]
+        );
+        let config = validate(
+            &options(&[
+                "--node-monitor-period=10ms",
+                "--route-reconciliation-period=10ms",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        let controllers = &config.controller_config;
+        assert_eq!(controllers.node_monitor_period.get(), Period::MIN);
+        assert_eq!(controllers.route_reconciliation_period.get(), Period::MIN);
+    }
+
+    /// The flags' defaults and the controllers' own defaults are the same values, read from one place.
+    #[test]
+    fn flag_defaults_are_the_controller_defaults() {
+        let config = validate(&options(&[]), &providers()).unwrap();
+        let flags = &*config.controller_config;
+        let own = ControllerConfig::default();
+        assert_eq!(flags.cluster_name, own.cluster_name);
+        assert_eq!(flags.cluster_cidrs, own.cluster_cidrs);
+        assert_eq!(flags.allocate_node_cidrs, own.allocate_node_cidrs);
+        assert_eq!(flags.configure_cloud_routes, own.configure_cloud_routes);
+        assert_eq!(flags.node_monitor_period, own.node_monitor_period);
+        assert_eq!(
+            flags.instance_exists_grace_period,
+            own.instance_exists_grace_period
+        );
+        assert_eq!(
+            flags.node_status_update_frequency,
+            own.node_status_update_frequency
+        );
+        assert_eq!(
+            flags.route_reconciliation_period,
+            own.route_reconciliation_period
+        );
+        assert_eq!(flags.concurrent_node_syncs, own.concurrent_node_syncs);
+        assert_eq!(flags.concurrent_service_syncs, own.concurrent_service_syncs);
+        assert_eq!(
+            flags.node_deletion_max_percent,
+            own.node_deletion_max_percent
+        );
+        assert_eq!(flags.cloud_call_timeout, own.cloud_call_timeout);
     }
 
     #[test]
@@ -758,10 +863,10 @@ mod tests {
 
     #[test]
     fn cluster_cidr_parsing() {
-        assert_eq!(parse_cluster_cidrs("").unwrap(), vec![]);
+        assert!(parse_cluster_cidrs("").unwrap().is_empty());
         assert_eq!(
-            parse_cluster_cidrs("10.0.0.0/8").unwrap(),
-            vec!["10.0.0.0/8".parse::<IpNet>().unwrap()]
+            parse_cluster_cidrs("10.0.0.0/8").unwrap().as_slice(),
+            ["10.0.0.0/8".parse::<ipnet::IpNet>().unwrap()]
         );
         assert_eq!(parse_cluster_cidrs("fd00::/8,10.0.0.0/8").unwrap().len(), 2);
     }

@@ -139,8 +139,12 @@ async fn a_hanging_instance_lookup_fails_healthz_and_deletes_no_node() {
         event_client: server.client().unwrap(),
         cloud,
         config: Arc::new(ControllerConfig {
-            node_monitor_period: Duration::from_millis(100),
-            cloud_call_timeout: Duration::from_millis(300),
+            node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(100))
+                .unwrap(),
+            cloud_call_timeout: cloud_controllers::CloudCallTimeout::new(Duration::from_millis(
+                300,
+            ))
+            .unwrap(),
             ..ControllerConfig::default()
         }),
         metrics: ControllerMetrics::default(),

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use ccm_app::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, RenewOutcome};
+use ccm_app::leader::{
+    LeaderElectionConfig, LeaderElector, LeaderStatus, LeaseDuration, RenewOutcome,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use test_apiserver::{FaultRule, TestApiServer};
@@ -17,7 +19,7 @@ fn config(identity: &str) -> LeaderElectionConfig {
         namespace: NAMESPACE.to_string(),
         name: NAME.to_string(),
         identity: identity.to_string(),
-        lease_duration: Duration::from_secs(1),
+        lease_duration: LeaseDuration::new(Duration::from_secs(1)).unwrap(),
         renew_deadline: Duration::from_millis(700),
         retry_period: Duration::from_millis(100),
     }

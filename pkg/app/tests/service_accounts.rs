@@ -15,10 +15,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use test_apiserver::TestApiServer;
 
-const LIMITS: RateLimits = RateLimits {
-    qps: 50.0,
-    burst: 100,
-};
+const LIMITS: RateLimits = RateLimits::new(50.0, 100).unwrap();
 
 async fn create_account(client: &kube::Client, name: &str) {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);

@@ -9,26 +9,19 @@
 //! every call runs under `--cloud-call-timeout` and is reported by the controller's health check.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cloud_provider::{DryRunLog, ObjectKey};
 
 use crate::cloud_calls::CloudCalls;
+use crate::config::{CloudCallTimeout, ClusterCidrs, NonZeroDuration, Percent, Period, defaults};
 use crate::events::EventRecorder;
 use crate::health::HealthRegistry;
 use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
 use crate::timed_cloud::TimedCloud;
-
-/// The default of `--cloud-call-timeout`. Upstream waits for a cloud call forever; this only abandons calls
-/// that the providers' own limits would not end: an AWS SDK operation may take 120 s with its retries, and
-/// a bulk instance lookup (up to 250 nodes) makes two DescribeInstances calls; a DigitalOcean request may
-/// take 30 s per attempt over 6 attempts.
-pub const DEFAULT_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// The largest `--cloud-call-timeout`: beyond it a hung worker would stay lost for longer than any cloud
-/// call can take.
-pub const MAX_CLOUD_CALL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// Controller settings derived from the command-line flags.
 #[derive(Clone, Debug)]
@@ -36,29 +29,30 @@ pub struct ControllerConfig {
     /// `--cluster-name`: the cluster's name as the cloud knows it.
     pub cluster_name: String,
     /// `--cluster-cidr`, parsed: none, one CIDR, or a dual-stack pair.
-    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    pub cluster_cidrs: ClusterCidrs,
     /// `--allocate-node-cidrs`.
     pub allocate_node_cidrs: bool,
     /// `--configure-cloud-routes`.
     pub configure_cloud_routes: bool,
     /// `--node-monitor-period`: period of the node-lifecycle pass.
-    pub node_monitor_period: Duration,
+    pub node_monitor_period: Period,
     /// `--instance-exists-grace-period`: how long after its creation a node is never deleted because the
     /// cloud cannot find its instance (zero: no grace).
     pub instance_exists_grace_period: Duration,
-    /// `--node-status-update-frequency`: period of the node address sync.
-    pub node_status_update_frequency: Duration,
+    /// `--node-status-update-frequency`: period of the node address sync (`None`: no periodic sync; the
+    /// flag always sets one).
+    pub node_status_update_frequency: Option<NonZeroDuration>,
     /// `--route-reconciliation-period`.
-    pub route_reconciliation_period: Duration,
-    /// `--concurrent-node-syncs`: node controller workers (at least 1).
-    pub concurrent_node_syncs: usize,
-    /// `--concurrent-service-syncs`: service controller workers (at least 1).
-    pub concurrent_service_syncs: usize,
-    /// `--node-deletion-max-percent`: the largest share (0..=100) of all nodes one lifecycle pass may delete.
-    pub node_deletion_max_percent: u32,
+    pub route_reconciliation_period: Period,
+    /// `--concurrent-node-syncs`: node controller workers.
+    pub concurrent_node_syncs: NonZeroUsize,
+    /// `--concurrent-service-syncs`: service controller workers.
+    pub concurrent_service_syncs: NonZeroUsize,
+    /// `--node-deletion-max-percent`: the largest share of all nodes one lifecycle pass may delete.
+    pub node_deletion_max_percent: Percent,
     /// `--cloud-call-timeout`: how long one cloud provider call of a controller may take before it is
     /// abandoned and fails (see [`crate::cloud_calls`]).
-    pub cloud_call_timeout: Duration,
+    pub cloud_call_timeout: CloudCallTimeout,
     /// The controllers' own API clients (named like upstream's in their `User-Agent`; with
     /// `--use-service-account-credentials` authenticated as the controller's ServiceAccount). A controller
     /// without one uses [`ControllerContext::client`].
@@ -114,21 +108,22 @@ impl std::fmt::Debug for ControllerClients {
 }
 
 impl Default for ControllerConfig {
-    /// The upstream defaults.
+    /// The defaults of the flags ([`defaults`], upstream's), without cluster CIDRs (`--cluster-cidr` is
+    /// empty by default).
     fn default() -> Self {
         ControllerConfig {
-            cluster_name: "kubernetes".to_string(),
-            cluster_cidrs: Vec::new(),
-            allocate_node_cidrs: false,
-            configure_cloud_routes: true,
-            node_monitor_period: Duration::from_secs(5),
-            instance_exists_grace_period: Duration::ZERO,
-            node_status_update_frequency: Duration::from_secs(5 * 60),
-            route_reconciliation_period: Duration::from_secs(10),
-            concurrent_node_syncs: 1,
-            concurrent_service_syncs: 1,
-            node_deletion_max_percent: 50,
-            cloud_call_timeout: DEFAULT_CLOUD_CALL_TIMEOUT,
+            cluster_name: defaults::CLUSTER_NAME.to_string(),
+            cluster_cidrs: ClusterCidrs::none(),
+            allocate_node_cidrs: defaults::ALLOCATE_NODE_CIDRS,
+            configure_cloud_routes: defaults::CONFIGURE_CLOUD_ROUTES,
+            node_monitor_period: defaults::NODE_MONITOR_PERIOD,
+            instance_exists_grace_period: defaults::INSTANCE_EXISTS_GRACE_PERIOD,
+            node_status_update_frequency: Some(defaults::NODE_STATUS_UPDATE_FREQUENCY),
+            route_reconciliation_period: defaults::ROUTE_RECONCILIATION_PERIOD,
+            concurrent_node_syncs: defaults::CONCURRENT_NODE_SYNCS,
+            concurrent_service_syncs: defaults::CONCURRENT_SERVICE_SYNCS,
+            node_deletion_max_percent: defaults::NODE_DELETION_MAX_PERCENT,
+            cloud_call_timeout: defaults::CLOUD_CALL_TIMEOUT,
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
             dry_run: None,
@@ -183,7 +178,7 @@ impl ControllerContext {
     pub fn for_controller(&self, controller: ControllerName) -> ControllerContext {
         let calls = Arc::new(CloudCalls::new(
             controller.canonical(),
-            self.config.cloud_call_timeout,
+            self.config.cloud_call_timeout.get(),
             self.metrics.clone(),
         ));
         self.health

@@ -15,9 +15,14 @@
 //! whole process; nodes are kept as compact [`CachedNode`] copies), each with a health check and event
 //! recorder of its own. Every cloud call of a controller runs under `--cloud-call-timeout`
 //! ([`cloud_calls`], [`timed_cloud`]), and a hung or timed-out call shows in its health check.
+//!
+//! The controllers' settings ([`ControllerConfig`]) are types that hold only values the controllers honour
+//! ([`config`]: periods, worker counts, cluster CIDRs, ...), validated once by the daemon at start-up;
+//! [`config::defaults`] is the one place the defaults of their flags are written.
 
 pub mod cached_node;
 pub mod cloud_calls;
+pub mod config;
 pub mod context;
 pub mod descriptors;
 pub mod error;
@@ -43,9 +48,11 @@ mod run;
 mod trim;
 
 pub use cached_node::CachedNode;
-pub use context::{
-    ControllerConfig, ControllerContext, DEFAULT_CLOUD_CALL_TIMEOUT, MAX_CLOUD_CALL_TIMEOUT,
+pub use config::{
+    CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ClusterCidrsError, NonZeroDuration,
+    Percent, Period, PeriodError,
 };
+pub use context::{ControllerConfig, ControllerContext};
 pub use descriptors::{CONTROLLERS, Capability, ControllerDescriptor};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};

@@ -1,5 +1,6 @@
 //! Starting the enabled controllers over shared informers, in deterministic order, and stopping them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cloud_provider::{ControllerInfo, ProviderController};
@@ -9,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::ControllerContext;
 use crate::descriptors::{CONTROLLERS, Runner};
 use crate::error::ControllersError;
+use crate::health::HealthHandle;
 use crate::informers::SharedInformers;
 use crate::names::ControllerName;
 use crate::provider_controllers::provider_context;
@@ -60,6 +62,41 @@ pub async fn run_with_provider_controllers(
     shutdown: CancellationToken,
 ) -> Result<(), ControllersError> {
     let informers = SharedInformers::new(ctx.client.clone());
+    let runners = build_runners(&ctx, enabled, provider_controllers, &informers)?;
+    let informer_token = shutdown.child_token();
+    let informer_tasks = informers.start(&informer_token);
+
+    let running = spawn_controllers(&ctx, runners, &shutdown);
+    let first_error = running.join().await;
+    // Controllers only stop on shutdown (one that failed early stays reported unhealthy until then),
+    // except in a dry run, where each stops after its pass.
+    if !ctx.is_single_pass() {
+        shutdown.cancelled().await;
+    }
+    // Every controller has stopped: stop the watches too.
+    informer_token.cancel();
+    for task in informer_tasks {
+        let _ = task.await;
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A controller ready to start: its health-check name, its `running_managed_controllers` name and its
+/// runner.
+type NamedRunner = (&'static str, &'static str, Runner);
+
+/// Builds, over `informers` (before they start), every enabled controller that can run: the standard ones
+/// in the order of [`CONTROLLERS`], each as its descriptor says, then the provider's. The others are
+/// skipped with an info log saying why; a failed precondition stops the start-up.
+fn build_runners(
+    ctx: &ControllerContext,
+    enabled: &[ControllerName],
+    provider_controllers: Vec<Arc<dyn ProviderController>>,
+    informers: &SharedInformers,
+) -> Result<Vec<NamedRunner>, ControllersError> {
     let mut runners = Vec::new();
     for descriptor in &CONTROLLERS {
         let name = descriptor.name;
@@ -67,15 +104,15 @@ pub async fn run_with_provider_controllers(
             tracing::info!(controller = %name, "controller disabled");
             continue;
         }
-        if let Some(reason) = descriptor.skip_reason(&ctx) {
+        if let Some(reason) = descriptor.skip_reason(ctx) {
             tracing::info!(controller = %name, %reason, "not starting controller");
             continue;
         }
-        (descriptor.precondition)(&ctx)?;
+        (descriptor.precondition)(ctx)?;
         runners.push((
             descriptor.health_check(),
             descriptor.metrics_name,
-            (descriptor.start)(&ctx, &informers),
+            (descriptor.start)(ctx, informers),
         ));
     }
     for controller in provider_controllers {
@@ -84,13 +121,26 @@ pub async fn run_with_provider_controllers(
             tracing::info!(controller = name, %reason, "not starting controller");
             continue;
         }
-        runners.push((name, alias, build_provider(&ctx, &informers, controller)));
+        runners.push((name, alias, build_provider(ctx, informers, controller)));
     }
-    let informer_token = shutdown.child_token();
-    let informer_tasks = informers.start(&informer_token);
+    Ok(runners)
+}
 
+/// The started controllers' tasks, with the name and health check of each task.
+struct RunningControllers {
+    tasks: JoinSet<Result<(), ControllersError>>,
+    names: HashMap<tokio::task::Id, (&'static str, HealthHandle)>,
+}
+
+/// Starts the controllers in order, registering each one's health check as it starts. A controller that
+/// fails marks its health check failed (and, in a dry run, is reported) without stopping the others.
+fn spawn_controllers(
+    ctx: &ControllerContext,
+    runners: Vec<NamedRunner>,
+    shutdown: &CancellationToken,
+) -> RunningControllers {
     let mut tasks = JoinSet::new();
-    let mut names = std::collections::HashMap::new();
+    let mut names = HashMap::new();
     for (name, metrics_name, runner) in runners {
         let health = ctx.health.register(name);
         let health_for_panics = health.clone();
@@ -116,44 +166,41 @@ pub async fn run_with_provider_controllers(
         });
         names.insert(handle.id(), (name, health_for_panics));
     }
+    RunningControllers { tasks, names }
+}
 
-    let mut first_error = None;
-    while let Some(joined) = tasks.join_next_with_id().await {
-        let err = match joined {
-            Ok((_, Ok(()))) => None,
-            Ok((_, Err(e))) => Some(e),
-            Err(join_error) => {
-                let message = format!("controller task ended abnormally: {join_error}");
-                let name = match names.get(&join_error.id()) {
-                    Some((name, health)) => {
-                        health.set_failed(message.clone());
-                        *name
-                    }
-                    None => "unknown",
-                };
-                tracing::error!(controller = name, %message);
-                Some(ControllersError::Controller {
-                    name: name.to_string(),
-                    message,
-                })
+impl RunningControllers {
+    /// Waits for every controller to stop; the first failure, if any. A task that panicked or was
+    /// cancelled marks its controller's health check failed.
+    async fn join(mut self) -> Option<ControllersError> {
+        let mut first_error = None;
+        while let Some(joined) = self.tasks.join_next_with_id().await {
+            let err = match joined {
+                Ok((_, Ok(()))) => None,
+                Ok((_, Err(e))) => Some(e),
+                Err(join_error) => Some(self.abnormal_end(&join_error)),
+            };
+            if first_error.is_none() {
+                first_error = err;
             }
-        };
-        if first_error.is_none() {
-            first_error = err;
         }
+        first_error
     }
-    // Controllers only stop on shutdown (one that failed early stays reported unhealthy until then),
-    // except in a dry run, where each stops after its pass.
-    if !ctx.is_single_pass() {
-        shutdown.cancelled().await;
-    }
-    // Every controller has stopped: stop the watches too.
-    informer_token.cancel();
-    for task in informer_tasks {
-        let _ = task.await;
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(()),
+
+    /// Reports a task that ended abnormally (panicked or cancelled) on its controller's health check.
+    fn abnormal_end(&self, join_error: &tokio::task::JoinError) -> ControllersError {
+        let message = format!("controller task ended abnormally: {join_error}");
+        let name = match self.names.get(&join_error.id()) {
+            Some((name, health)) => {
+                health.set_failed(message.clone());
+                *name
+            }
+            None => "unknown",
+        };
+        tracing::error!(controller = name, %message);
+        ControllersError::Controller {
+            name: name.to_string(),
+            message,
+        }
     }
 }

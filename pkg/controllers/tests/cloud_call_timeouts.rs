@@ -51,7 +51,7 @@ async fn a_hanging_load_balancer_call_frees_the_worker_and_the_service_is_retrie
     env.create_node(&ready_node("n1", "10.0.0.1")).await;
     env.fake.set_fault("ensure_load_balancer", hang()).unwrap();
     let config = ControllerConfig {
-        cloud_call_timeout: TIMEOUT,
+        cloud_call_timeout: cloud_controllers::CloudCallTimeout::new(TIMEOUT).unwrap(),
         ..test_config()
     };
     env.run_service_controller(
@@ -106,8 +106,8 @@ async fn a_hanging_load_balancer_call_frees_the_worker_and_the_service_is_retrie
 
 fn route_config() -> ControllerConfig {
     ControllerConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-        cloud_call_timeout: TIMEOUT,
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
+        cloud_call_timeout: cloud_controllers::CloudCallTimeout::new(TIMEOUT).unwrap(),
         ..test_config()
     }
 }
@@ -242,7 +242,8 @@ async fn a_call_blocking_its_thread_past_the_timeout_shows_as_hung() {
         block_next: AtomicBool::new(true),
     });
     let config = ControllerConfig {
-        cloud_call_timeout: Duration::from_millis(200),
+        cloud_call_timeout: cloud_controllers::CloudCallTimeout::new(Duration::from_millis(200))
+            .unwrap(),
         ..route_config()
     };
     env.run_route_controller_with(cloud.clone(), config);

@@ -251,7 +251,8 @@ async fn lifecycle_failed_deletion_emits_a_warning_and_is_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_checks_not_ready_nodes_with_one_bulk_call_per_pass() {
     let mut config = test_config();
-    config.node_monitor_period = Duration::from_millis(200);
+    config.node_monitor_period =
+        cloud_controllers::Period::new(Duration::from_millis(200)).unwrap();
     let names: Vec<String> = (0..60).map(|i| format!("nr-{i:02}")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (h, cloud) = start(config, &name_refs).await;

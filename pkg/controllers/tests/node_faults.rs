@@ -22,8 +22,9 @@ async fn node_fault_run_every_node_ends_initialized() {
         FaultSpec::errors(0.3, FaultKind::Provider).with_latency(Duration::from_millis(5)),
     );
     let mut config = test_config();
-    config.concurrent_node_syncs = 4;
-    config.node_monitor_period = Duration::from_millis(200);
+    config.concurrent_node_syncs = std::num::NonZeroUsize::new(4).unwrap();
+    config.node_monitor_period =
+        cloud_controllers::Period::new(Duration::from_millis(200)).unwrap();
     let (h, cloud) = Harness::with_fake(
         fake,
         config,

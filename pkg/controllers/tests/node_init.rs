@@ -392,7 +392,8 @@ async fn node_addresses_are_synced_periodically() {
         ..FakeConfig::default()
     };
     let mut config = test_config();
-    config.node_status_update_frequency = Duration::from_millis(200);
+    config.node_status_update_frequency =
+        cloud_controllers::NonZeroDuration::new(Duration::from_millis(200));
     let (h, _cloud) = Harness::with_fake(fake, config, &[ControllerName::CloudNode]).await;
     let mut node = kubelet_node("sync-1", &[("InternalIP", "10.1.0.99")]);
     node.spec = Some(NodeSpec {

@@ -61,7 +61,8 @@ async fn node_nil_metadata_does_not_crash_and_keeps_the_taint() {
     let cloud = Arc::new(SparseCloud::default());
     let server = start_server().await;
     let mut config = test_config();
-    config.node_status_update_frequency = Duration::from_millis(100);
+    config.node_status_update_frequency =
+        cloud_controllers::NonZeroDuration::new(Duration::from_millis(100));
     let h = Harness::start(
         server,
         cloud.clone(),

@@ -22,7 +22,7 @@ const WAIT: Duration = Duration::from_secs(15);
 
 fn route_config() -> ControllerConfig {
     ControllerConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         ..test_config()
     }
 }
@@ -277,13 +277,18 @@ async fn failed_creations_mark_the_network_unavailable_until_they_succeed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_cluster_cidrs_stop_the_controller() {
+async fn a_missing_cluster_cidr_stops_the_controller() {
+    // Two CIDRs of one family cannot even be configured: the type refuses them.
+    let same_family = cloud_controllers::ClusterCidrs::parse("10.244.0.0/16,10.245.0.0/16");
+    assert!(
+        same_family
+            .unwrap_err()
+            .to_string()
+            .contains("one IPv4 and one IPv6"),
+    );
     let env = Env::new(FakeConfig::default()).await;
     let config = ControllerConfig {
-        cluster_cidrs: vec![
-            "10.244.0.0/16".parse().unwrap(),
-            "10.245.0.0/16".parse().unwrap(),
-        ],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::none(),
         ..test_config()
     };
     let ctx = env.context(config);
@@ -293,9 +298,9 @@ async fn invalid_cluster_cidrs_stop_the_controller() {
     let error = tokio::time::timeout(Duration::from_secs(5), controller.run(token))
         .await
         .expect("fails at once")
-        .expect_err("two IPv4 cluster CIDRs are not a dual-stack pair");
+        .expect_err("routes need a cluster CIDR");
     assert!(
-        error.to_string().contains("one IPv4 and one IPv6"),
+        error.to_string().contains("needs --cluster-cidr"),
         "{error}"
     );
     assert!(env.fake.routes().is_empty());
@@ -376,8 +381,9 @@ async fn at_most_200_route_operations_run_at_once() {
         .await;
     let cloud = Arc::new(RoutesOnly(SlowRoutes::default()));
     let config = ControllerConfig {
-        cluster_cidrs: vec!["10.128.0.0/9".parse().unwrap()],
-        route_reconciliation_period: Duration::from_secs(60),
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.128.0.0/9").unwrap(),
+        route_reconciliation_period: cloud_controllers::Period::new(Duration::from_secs(60))
+            .unwrap(),
         ..test_config()
     };
     env.run_route_controller_with(cloud.clone(), config);

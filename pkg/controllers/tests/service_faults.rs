@@ -46,7 +46,7 @@ async fn every_load_balancer_converges_despite_faults() {
             .rate(0.1),
     );
     let config = cloud_controllers::ControllerConfig {
-        concurrent_service_syncs: 4,
+        concurrent_service_syncs: std::num::NonZeroUsize::new(4).unwrap(),
         ..test_config()
     };
     env.run_service_controller(config, Duration::from_millis(100), Duration::from_secs(1))

@@ -100,7 +100,7 @@ async fn route_controller_skips_nodes_without_pod_cidrs() {
     env.create_node(&with_cidr).await;
     env.create_node(&ready_node("no-cidr", "10.0.0.2")).await;
     let config = ControllerConfig {
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::NodeRoute]);
@@ -142,7 +142,7 @@ async fn lifecycle_matches_the_shutdown_taint_by_key_and_effect() {
     env.create_node(&stopped).await;
     env.fake.stop_instance("stopped").unwrap();
     let config = ControllerConfig {
-        node_monitor_period: Duration::from_millis(100),
+        node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(100)).unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNodeLifecycle]);
@@ -187,7 +187,9 @@ async fn node_address_sync_ignores_order_changes() {
         });
     env.create_node(&n7).await;
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNode]);
@@ -431,7 +433,7 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
     let config = ControllerConfig {
         allocate_node_cidrs: false,
         configure_cloud_routes: true,
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        cluster_cidrs: cloud_controllers::ClusterCidrs::parse("10.244.0.0/16").unwrap(),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::NodeRoute]);
@@ -447,7 +449,7 @@ async fn route_controller_starts_without_allocate_node_cidrs() {
     env.run_controllers(
         ControllerConfig {
             configure_cloud_routes: true,
-            cluster_cidrs: Vec::new(),
+            cluster_cidrs: cloud_controllers::ClusterCidrs::none(),
             ..test_config()
         },
         &[ControllerName::NodeRoute],
@@ -559,7 +561,9 @@ async fn address_sync_writes_against_the_current_resource_version() {
         }
     });
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers(config, &[ControllerName::CloudNode]);
@@ -586,7 +590,9 @@ async fn v1_address_sync_costs_one_call_per_node() {
     env.create_node(&ready_node("v1-a", "10.0.0.21")).await;
     env.create_node(&ready_node("v1-b", "10.0.0.22")).await;
     let config = ControllerConfig {
-        node_status_update_frequency: Duration::from_millis(100),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+            Duration::from_millis(100),
+        ),
         ..test_config()
     };
     env.run_controllers_with(

@@ -204,8 +204,11 @@ async fn controllers_run_end_to_end_and_never_log_the_token() {
         event_client: server.client().unwrap(),
         cloud: cloud.clone(),
         config: Arc::new(ControllerConfig {
-            node_monitor_period: Duration::from_millis(200),
-            node_status_update_frequency: Duration::from_secs(3600),
+            node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(200))
+                .unwrap(),
+            node_status_update_frequency: cloud_controllers::NonZeroDuration::new(
+                Duration::from_secs(3600),
+            ),
             ..ControllerConfig::default()
         }),
         metrics: ControllerMetrics::register(&mut prometheus_client::registry::Registry::default()),

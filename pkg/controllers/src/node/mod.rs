@@ -223,7 +223,7 @@ impl CloudNodeController {
             _ = shutdown.cancelled() => return Ok(()),
             synced = informers.wait_nodes_synced() => synced?,
         }
-        let workers = inner.ctx.config.concurrent_node_syncs.max(1);
+        let workers = inner.ctx.config.concurrent_node_syncs.get();
         tracing::info!(
             workers,
             nodes = inner.store.len(),
@@ -247,7 +247,7 @@ impl CloudNodeController {
             tasks.spawn(worker(inner.clone(), workers));
         }
         if single_pass {
-            if !inner.ctx.config.node_status_update_frequency.is_zero() {
+            if inner.ctx.config.node_status_update_frequency.is_some() {
                 inner.sync_addresses().await;
             }
         } else {
@@ -319,11 +319,10 @@ async fn pump(
 }
 
 async fn address_sync_loop(inner: Arc<Inner>, shutdown: CancellationToken) {
-    let period = inner.ctx.config.node_status_update_frequency;
-    if period.is_zero() {
+    let Some(period) = inner.ctx.config.node_status_update_frequency else {
         return;
-    }
-    let mut ticker = tokio::time::interval(period);
+    };
+    let mut ticker = tokio::time::interval(period.get());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

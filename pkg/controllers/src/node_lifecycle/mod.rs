@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bulk_lookup::{BulkCalls, lookup_each_node};
 use crate::cached_node::CachedNode;
+use crate::config::Percent;
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
@@ -74,8 +75,8 @@ pub enum GuardDecision {
 
 /// Decides whether `candidates` deletions out of `total` nodes stay within `max_percent` percent of all
 /// nodes (`candidates * 100 <= total * max_percent`).
-pub fn deletion_guard(candidates: usize, total: usize, max_percent: u32) -> GuardDecision {
-    let max_percent = max_percent.min(100) as usize;
+pub fn deletion_guard(candidates: usize, total: usize, max_percent: Percent) -> GuardDecision {
+    let max_percent = max_percent.get() as usize;
     if candidates == 0 || candidates.saturating_mul(100) <= total.saturating_mul(max_percent) {
         GuardDecision::Allow
     } else {
@@ -154,12 +155,7 @@ impl CloudNodeLifecycleController {
             self.recorder.flush(EVENT_FLUSH_TIMEOUT).await;
             return Ok(());
         }
-        let mut ticker = tokio::time::interval(
-            self.ctx
-                .config
-                .node_monitor_period
-                .max(Duration::from_millis(10)),
-        );
+        let mut ticker = tokio::time::interval(self.ctx.config.node_monitor_period.get());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let panics = PanicGuard::new(&self.ctx, ControllerName::CloudNodeLifecycle);
         loop {
@@ -250,7 +246,7 @@ impl CloudNodeLifecycleController {
                 tracing::warn!(
                     candidates = gone.len(),
                     nodes = nodes.len(),
-                    max_percent = pct,
+                    max_percent = pct.get(),
                     limit,
                     first = ?names.iter().take(10).collect::<Vec<_>>(),
                     "node deletion guard tripped: {message}"
@@ -494,6 +490,10 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
 
+    fn pct(value: u32) -> Percent {
+        Percent::new(value).unwrap()
+    }
+
     #[test]
     fn bulk_state_calls_grow_with_the_pass_within_bounds() {
         assert_eq!(state_concurrency(1), 2);
@@ -505,28 +505,29 @@ mod tests {
 
     #[test]
     fn guard_arithmetic() {
-        assert_eq!(deletion_guard(0, 0, 50), GuardDecision::Allow);
-        assert_eq!(deletion_guard(0, 10, 0), GuardDecision::Allow);
-        assert_eq!(deletion_guard(5, 10, 50), GuardDecision::Allow);
+        assert_eq!(deletion_guard(0, 0, pct(50)), GuardDecision::Allow);
+        assert_eq!(deletion_guard(0, 10, pct(0)), GuardDecision::Allow);
+        assert_eq!(deletion_guard(5, 10, pct(50)), GuardDecision::Allow);
         assert_eq!(
-            deletion_guard(6, 10, 50),
+            deletion_guard(6, 10, pct(50)),
             GuardDecision::Refuse { limit: 5 }
         );
-        assert_eq!(deletion_guard(1, 2, 50), GuardDecision::Allow);
-        assert_eq!(deletion_guard(1, 1, 50), GuardDecision::Refuse { limit: 0 });
-        assert_eq!(deletion_guard(1, 10, 0), GuardDecision::Refuse { limit: 0 });
-        assert_eq!(deletion_guard(10, 10, 100), GuardDecision::Allow);
+        assert_eq!(deletion_guard(1, 2, pct(50)), GuardDecision::Allow);
         assert_eq!(
-            deletion_guard(10, 10, 250),
-            GuardDecision::Allow,
-            "clamped to 100"
-        );
-        assert_eq!(
-            deletion_guard(3, 1000, 0),
+            deletion_guard(1, 1, pct(50)),
             GuardDecision::Refuse { limit: 0 }
         );
         assert_eq!(
-            deletion_guard(334, 1000, 33),
+            deletion_guard(1, 10, pct(0)),
+            GuardDecision::Refuse { limit: 0 }
+        );
+        assert_eq!(deletion_guard(10, 10, pct(100)), GuardDecision::Allow);
+        assert_eq!(
+            deletion_guard(3, 1000, pct(0)),
+            GuardDecision::Refuse { limit: 0 }
+        );
+        assert_eq!(
+            deletion_guard(334, 1000, pct(33)),
             GuardDecision::Refuse { limit: 330 }
         );
     }

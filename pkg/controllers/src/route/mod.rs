@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use cloud_provider::{CloudProvider, ObjectKey, Route, Routes, for_object};
 use futures::StreamExt;
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -34,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::cached_node::CONDITION_NETWORK_UNAVAILABLE;
 use crate::cached_node::CachedNode;
+use crate::config::{ClusterCidrs, Period};
 use crate::context::ControllerContext;
 use crate::error::ControllersError;
 use crate::events::{EventRecorder, EventType};
@@ -43,7 +43,7 @@ use crate::metrics::ControllerMetrics;
 use crate::names::ControllerName;
 use crate::panics::PanicGuard;
 
-use plan::{NodeRouting, RouteCreation, RouteOp, all_routes_created, validate_cluster_cidrs};
+use plan::{NodeRouting, RouteCreation, RouteOp, all_routes_created, require_cluster_cidrs};
 
 /// Most cloud route operations in flight at once.
 pub const MAX_CONCURRENT_ROUTE_OPS: usize = 200;
@@ -68,8 +68,8 @@ pub struct NodeRouteController {
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
-    cluster_cidrs: Vec<IpNet>,
-    period: Duration,
+    cluster_cidrs: ClusterCidrs,
+    period: Period,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
     panics: PanicGuard,
@@ -127,10 +127,10 @@ impl NodeRouteController {
         }
     }
 
-    /// Runs the controller until `shutdown` is cancelled. Fails at once when the cluster CIDRs are invalid
-    /// (none, more than two, or two of one family) or the provider has no route support.
+    /// Runs the controller until `shutdown` is cancelled. Fails at once when there is no cluster CIDR or
+    /// the provider has no route support.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllersError> {
-        validate_cluster_cidrs(&self.cluster_cidrs)
+        require_cluster_cidrs(&self.cluster_cidrs)
             .map_err(|e| ControllersError::Config(e.to_string()))?;
         if self.cloud.routes().is_none() {
             return Err(ControllersError::Config(format!(
@@ -178,7 +178,7 @@ impl NodeRouteController {
             changed.clone(),
             shutdown.clone(),
         ));
-        let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
+        let mut ticker = tokio::time::interval(period.get());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -276,7 +276,7 @@ struct Reconciler {
     client: kube::Client,
     cloud: Arc<dyn CloudProvider>,
     cluster_name: String,
-    cluster_cidrs: Vec<IpNet>,
+    cluster_cidrs: ClusterCidrs,
     recorder: EventRecorder,
     metrics: ControllerMetrics,
     nodes: Store<CachedNode>,

@@ -10,43 +10,22 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::NodeAddress;
 
 use crate::cached_node::CachedNode;
+use crate::config::ClusterCidrs;
 
-/// Why a set of cluster CIDRs cannot drive route reconciliation.
+/// Why the cluster CIDRs cannot drive route reconciliation ([`ClusterCidrs`] holds no other bad value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterCidrError {
     /// No cluster CIDR was given.
     #[error("the node-route-controller needs --cluster-cidr (one CIDR, or an IPv4/IPv6 pair)")]
     Missing,
-    /// More than two CIDRs were given.
-    #[error("--cluster-cidr accepts at most two CIDRs (a dual-stack pair), got {count}")]
-    TooMany {
-        /// How many were given.
-        count: usize,
-    },
-    /// Two CIDRs of the same IP family were given.
-    #[error(
-        "a dual-stack --cluster-cidr needs one IPv4 and one IPv6 CIDR, got {first} and {second}"
-    )]
-    SameFamily {
-        /// The first CIDR.
-        first: IpNet,
-        /// The second CIDR.
-        second: IpNet,
-    },
 }
 
-/// Checks the cluster CIDRs: exactly one, or two of different IP families.
-pub fn validate_cluster_cidrs(cidrs: &[IpNet]) -> Result<(), ClusterCidrError> {
-    match cidrs {
-        [] => Err(ClusterCidrError::Missing),
-        [_] => Ok(()),
-        [a, b] if a.addr().is_ipv4() == b.addr().is_ipv4() => Err(ClusterCidrError::SameFamily {
-            first: *a,
-            second: *b,
-        }),
-        [_, _] => Ok(()),
-        _ => Err(ClusterCidrError::TooMany { count: cidrs.len() }),
+/// Checks that there is a cluster CIDR (one, or a dual-stack pair: the type allows no other).
+pub fn require_cluster_cidrs(cidrs: &ClusterCidrs) -> Result<(), ClusterCidrError> {
+    if cidrs.is_empty() {
+        return Err(ClusterCidrError::Missing);
     }
+    Ok(())
 }
 
 /// Whether the controller manages a route with this destination: its first or last address lies inside a
@@ -308,17 +287,13 @@ mod tests {
 
     #[test]
     fn cluster_cidr_validation() {
-        assert_eq!(validate_cluster_cidrs(&[]), Err(ClusterCidrError::Missing));
-        assert!(validate_cluster_cidrs(&[net("10.244.0.0/16")]).is_ok());
-        assert!(validate_cluster_cidrs(&[net("10.244.0.0/16"), net("fd00::/48")]).is_ok());
-        assert!(matches!(
-            validate_cluster_cidrs(&[net("10.244.0.0/16"), net("10.245.0.0/16")]),
-            Err(ClusterCidrError::SameFamily { .. })
-        ));
+        let cidrs = |text: &str| ClusterCidrs::parse(text).unwrap();
         assert_eq!(
-            validate_cluster_cidrs(&[net("10.0.0.0/8"), net("fd00::/48"), net("fd01::/48")]),
-            Err(ClusterCidrError::TooMany { count: 3 })
+            require_cluster_cidrs(&ClusterCidrs::none()),
+            Err(ClusterCidrError::Missing)
         );
+        assert!(require_cluster_cidrs(&cidrs("10.244.0.0/16")).is_ok());
+        assert!(require_cluster_cidrs(&cidrs("10.244.0.0/16,fd00::/48")).is_ok());
         assert!(
             ClusterCidrError::Missing
                 .to_string()

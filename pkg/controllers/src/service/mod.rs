@@ -177,7 +177,7 @@ impl ServiceLbController {
             client: ctx.client_for(ControllerName::ServiceLb),
             cloud: ctx.cloud.clone(),
             cluster_name: ctx.config.cluster_name.clone(),
-            workers: ctx.config.concurrent_service_syncs.max(1),
+            workers: ctx.config.concurrent_service_syncs.get(),
             recorder: ctx.recorder(ControllerName::ServiceLb),
             metrics: ctx.metrics.clone(),
             panics: PanicGuard::new(ctx, ControllerName::ServiceLb),

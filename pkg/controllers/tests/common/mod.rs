@@ -24,9 +24,11 @@ use tokio_util::sync::CancellationToken;
 /// Controller settings with short periods for tests.
 pub fn test_config() -> ControllerConfig {
     ControllerConfig {
-        node_monitor_period: Duration::from_millis(100),
-        node_status_update_frequency: Duration::from_secs(3600),
-        concurrent_node_syncs: 2,
+        node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(100)).unwrap(),
+        node_status_update_frequency: cloud_controllers::NonZeroDuration::new(Duration::from_secs(
+            3600,
+        )),
+        concurrent_node_syncs: std::num::NonZeroUsize::new(2).unwrap(),
         ..ControllerConfig::default()
     }
 }

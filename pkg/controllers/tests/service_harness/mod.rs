@@ -232,7 +232,8 @@ where
 /// Controller settings for tests: upstream defaults with a short route period.
 pub fn test_config() -> ControllerConfig {
     ControllerConfig {
-        route_reconciliation_period: Duration::from_millis(200),
+        route_reconciliation_period: cloud_controllers::Period::new(Duration::from_millis(200))
+            .unwrap(),
         ..ControllerConfig::default()
     }
 }

@@ -92,10 +92,11 @@ impl Env {
     fn run_route_controller(&mut self, cluster_cidr: &str) {
         let ctx = self.context(ControllerConfig {
             cluster_name: "moto".to_string(),
-            cluster_cidrs: vec![cluster_cidr.parse().unwrap()],
+            cluster_cidrs: cloud_controllers::ClusterCidrs::parse(cluster_cidr).unwrap(),
             allocate_node_cidrs: true,
             configure_cloud_routes: true,
-            route_reconciliation_period: Duration::from_millis(300),
+            route_reconciliation_period: cloud_controllers::Period::new(Duration::from_millis(300))
+                .unwrap(),
             ..ControllerConfig::default()
         });
         let informers = SharedInformers::new(self.client.clone());
@@ -237,7 +238,8 @@ async fn nodes_are_initialized_and_follow_their_instances() {
     let mut env = Env::new(cloud).await;
     env.run(
         ControllerConfig {
-            node_monitor_period: Duration::from_millis(200),
+            node_monitor_period: cloud_controllers::Period::new(Duration::from_millis(200))
+                .unwrap(),
             ..ControllerConfig::default()
         },
         &[
