@@ -1203,7 +1203,10 @@ mod tests {
     #[test]
     fn backend_names_are_sorted_and_unique_whatever_the_input_order() {
         assert_eq!(sorted_unique(["a", "b", "c"].into_iter()), ["a", "b", "c"]);
-        assert_eq!(sorted_unique(["c", "a", "c", "b"].into_iter()), ["a", "b", "c"]);
+        assert_eq!(
+            sorted_unique(["c", "a", "c", "b"].into_iter()),
+            ["a", "b", "c"]
+        );
         assert_eq!(sorted_unique(["a", "a"].into_iter()), ["a"]);
         assert!(sorted_unique(std::iter::empty()).is_empty());
     }
