@@ -12,7 +12,8 @@ use hyper::body::{Frame, Incoming};
 
 use crate::api::{self, ApiRequest, Query, Reply};
 use crate::auth::Authn;
-use crate::controls::{self, Controls, RequestKey, RequestRecord};
+use crate::controls::{self, Controls};
+use crate::controls_state::{RequestKey, RequestRecord};
 use crate::discovery;
 use crate::error::ApiError;
 use crate::openapi;

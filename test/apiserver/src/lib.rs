@@ -31,6 +31,7 @@
 mod api;
 mod auth;
 mod controls;
+mod controls_state;
 mod discovery;
 mod error;
 mod events;
@@ -54,9 +55,8 @@ mod validation;
 mod watch;
 
 pub use auth::{AccessRule, DEFAULT_AUDIENCE, UserInfo};
-pub use controls::{
-    Controls, FaultId, FaultMode, FaultRule, LatencyRule, RequestKey, RequestRecord,
-};
+pub use controls::Controls;
+pub use controls_state::{FaultId, FaultMode, FaultRule, LatencyRule, RequestKey, RequestRecord};
 pub use discovery::KUBERNETES_VERSION;
 pub use error::Error;
 pub use server::{Builder, TestApiServer};

@@ -16,7 +16,8 @@ use tokio::task::JoinHandle;
 
 use crate::api;
 use crate::auth::{AuthConfig, UserInfo};
-use crate::controls::{Controls, ControlsState};
+use crate::controls::Controls;
+use crate::controls_state::ControlsState;
 use crate::error::Error;
 use crate::service::{ServiceAllocator, parse_cidr};
 use crate::store::Store;
