@@ -16,7 +16,7 @@ use crate::controls_state::{
     ControlsState, FaultId, FaultMode, FaultRule, LatencyRule, RequestKey, RequestRecord,
 };
 use crate::error::ApiError;
-use crate::server::State;
+use crate::state::State;
 
 /// A cloneable handle on the test controls of a running server.
 #[derive(Clone)]

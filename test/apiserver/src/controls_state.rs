@@ -1,6 +1,6 @@
 //! The rules and counters behind the test controls: fault and latency rules, the keys requests are
 //! counted by, the request log, and [`ControlsState`], which holds them (with the open-watch count and
-//! the signal that closes watches) inside the shared [`State`](crate::server::State). The handle and the
+//! the signal that closes watches) inside the shared [`State`](crate::state::State). The handle and the
 //! admin endpoints that change them are in [`crate::controls`].
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -18,7 +18,7 @@ use crate::discovery;
 use crate::error::ApiError;
 use crate::openapi;
 use crate::resources::{self, ResourceDef, SubresourceDef};
-use crate::server::State;
+use crate::state::State;
 use crate::table::{self, IncludeObject, Representation};
 use crate::watch;
 

@@ -47,6 +47,7 @@ mod rng;
 mod selector;
 mod server;
 mod service;
+mod state;
 mod store;
 mod strategy;
 mod table;
