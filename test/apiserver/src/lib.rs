@@ -12,6 +12,11 @@
 //! faults and latency, close watches, compact the history and expose request counters and a
 //! request log.
 //!
+//! Module order, each using only modules after it: `server` → `http` → `watch` → `api`, `controls` →
+//! `state` → `fields`, `openapi`, `store` → `strategy`, `table` → `events`, `pod`, `selector`, `service` →
+//! `auth`, `controls_state`, `object`, `tls`, `validation` → `discovery`, `error` → `resources`, `patch`,
+//! `rng`, `kubectl_table`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::core::v1::Node;
