@@ -209,6 +209,15 @@ fn not_an_integer(key: &str, value: &str) -> ServiceConfigError {
     invalid(key, format!("{value:?} is not an integer"))
 }
 
+/// `namespace/name` of a Service, for messages and logs.
+pub(crate) fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or("default"),
+        service.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
 /// The load-balancer name: the `name` annotation when set (not empty), else the default name `a` + the
 /// Service UID. The API validates custom names.
 pub fn load_balancer_name(service: &Service) -> String {

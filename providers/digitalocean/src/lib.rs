@@ -18,6 +18,11 @@
 //! Configuration: environment variables and/or a YAML `--cloud-config` file, see [`config`]. With the
 //! `test-support` feature, [`stub`] is a stateful in-process stub of the DigitalOcean API.
 //!
+//! Module order, each using only modules after it: `instances`, `load_balancers`, `volumes`,
+//! `annotation_table` → `cloud` → `firewall` → `lb_spec` → `lb_nodes`, `lb_diff`, `droplets` → `annotations`,
+//! `client` → `api`, `config`, `metrics`, `ratelimit`; `stub` uses `config` only (inside it: `handlers` →
+//! `firewalls` → `answer`).
+//!
 //! ```
 //! use cloud_provider::Registry;
 //!

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, 
 use crate::annotations::{
     ANN_CERTIFICATE_ID, ANN_LOAD_BALANCER_ID, ANN_TYPE, ServiceConfigError, certificate_id,
     certificate_name, hostname, is_disowned, lb_type, load_balancer_id, load_balancer_name,
-    load_balancer_name_candidates, network, parse_lb_type, reserved_ip,
+    load_balancer_name_candidates, network, parse_lb_type, reserved_ip, service_key,
 };
 use crate::api::{
     CERTIFICATE_TYPE_LETS_ENCRYPT, Certificate, Droplet, LB_STATUS_ACTIVE, LB_STATUS_NEW,
@@ -69,15 +69,6 @@ fn api_error(context: impl Into<String>) -> impl FnOnce(ApiError) -> CloudError 
         ApiError::RateLimited { .. } => e.into(),
         other => CloudError::provider_with(context, other),
     }
-}
-
-/// `namespace/name` of a Service, for messages and logs.
-pub(crate) fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or("default"),
-        service.metadata.name.as_deref().unwrap_or("")
-    )
 }
 
 /// Whether a load balancer terminates traffic in-cluster clients must not bypass: it terminates HTTP or

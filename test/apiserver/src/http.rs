@@ -12,12 +12,13 @@ use hyper::body::{Frame, Incoming};
 
 use crate::api::{self, ApiRequest, Query, Reply};
 use crate::auth::Authn;
-use crate::controls::{self, Controls, RequestKey, RequestRecord};
+use crate::controls::{self, Controls};
+use crate::controls_state::{RequestKey, RequestRecord};
 use crate::discovery;
 use crate::error::ApiError;
 use crate::openapi;
 use crate::resources::{self, ResourceDef, SubresourceDef};
-use crate::server::State;
+use crate::state::State;
 use crate::table::{self, IncludeObject, Representation};
 use crate::watch;
 

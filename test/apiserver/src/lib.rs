@@ -12,6 +12,11 @@
 //! faults and latency, close watches, compact the history and expose request counters and a
 //! request log.
 //!
+//! Module order, each using only modules after it: `server` → `http` → `watch` → `api`, `controls` →
+//! `state` → `fields`, `openapi`, `store` → `strategy`, `table` → `events`, `pod`, `selector`, `service` →
+//! `auth`, `controls_state`, `object`, `tls`, `validation` → `discovery`, `error` → `resources`, `patch`,
+//! `rng`, `kubectl_table`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::core::v1::Node;
@@ -31,6 +36,7 @@
 mod api;
 mod auth;
 mod controls;
+mod controls_state;
 mod discovery;
 mod error;
 mod events;
@@ -46,6 +52,7 @@ mod rng;
 mod selector;
 mod server;
 mod service;
+mod state;
 mod store;
 mod strategy;
 mod table;
@@ -54,9 +61,8 @@ mod validation;
 mod watch;
 
 pub use auth::{AccessRule, DEFAULT_AUDIENCE, UserInfo};
-pub use controls::{
-    Controls, FaultId, FaultMode, FaultRule, LatencyRule, RequestKey, RequestRecord,
-};
+pub use controls::Controls;
+pub use controls_state::{FaultId, FaultMode, FaultRule, LatencyRule, RequestKey, RequestRecord};
 pub use discovery::KUBERNETES_VERSION;
 pub use error::Error;
 pub use server::{Builder, TestApiServer};

@@ -16,51 +16,13 @@ use tokio::task::JoinHandle;
 
 use crate::api;
 use crate::auth::{AuthConfig, UserInfo};
-use crate::controls::{Controls, ControlsState};
+use crate::controls::Controls;
+use crate::controls_state::ControlsState;
 use crate::error::Error;
 use crate::service::{ServiceAllocator, parse_cidr};
+use crate::state::{Config, State};
 use crate::store::Store;
 use crate::tls;
-
-/// Settings the request handlers read.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub require_auth: bool,
-    pub not_ready_taint: bool,
-    pub bookmark_interval: Duration,
-    pub default_watch_timeout: Duration,
-    pub list_wait: Duration,
-    pub max_body: usize,
-    /// The shortest `expirationSeconds` a TokenRequest may ask for.
-    pub min_token_expiration: Duration,
-}
-
-/// Everything a request handler needs.
-pub(crate) struct State {
-    pub store: Store,
-    pub auth: AuthConfig,
-    pub controls: ControlsState,
-    pub cfg: Config,
-    pub shutdown: watch::Receiver<bool>,
-    address: OnceLock<String>,
-}
-
-impl State {
-    /// `host:port` of the server, as `/api` reports it.
-    pub(crate) fn server_address(&self) -> String {
-        self.address.get().cloned().unwrap_or_default()
-    }
-
-    /// The uid of a ServiceAccount, if it exists (what issued tokens are checked against).
-    pub(crate) fn service_account_uid(&self, namespace: &str, name: &str) -> Option<String> {
-        self.store
-            .get(
-                crate::resources::Storage::ServiceAccounts,
-                &(namespace.to_string(), name.to_string()),
-            )
-            .map(|sa| sa.uid.to_string())
-    }
-}
 
 /// Configures and starts a [`TestApiServer`].
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use crate::api::{Filter, WatchPlan, view_full, view_full_value};
 use crate::error::ApiError;
 use crate::object;
 use crate::resources::ResourceDef;
-use crate::server::State;
+use crate::state::State;
 use crate::store::{Change, ChangeType, Stored, WatchStart};
 use crate::strategy;
 use crate::table::{self, Representation};

@@ -25,11 +25,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::annotations::{
     ANN_LOAD_BALANCER_ID, Annotations, NETWORK_EXTERNAL, ServiceConfigError, lb_type, network,
-    parse_go_bool,
+    parse_go_bool, service_key,
 };
 use crate::config::{LbType, PublicAccessFirewall};
 use crate::lb_spec::default_health_check_port;
-use crate::load_balancers::service_key;
 
 /// The annotation that takes a `NodePort` Service's ports out of the public-access firewall.
 pub const ANN_FIREWALL_MANAGED: &str = "kubernetes.digitalocean.com/firewall-managed";

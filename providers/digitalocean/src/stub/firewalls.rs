@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::handlers::{Answer, paginate, parse_body};
+use super::answer::{Answer, paginate, parse_body};
 use super::{State, timestamp, uuid_like};
 use crate::config::{is_firewall_name, is_tag};
 

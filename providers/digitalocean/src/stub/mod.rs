@@ -38,6 +38,7 @@
 //! # }
 //! ```
 
+mod answer;
 mod firewalls;
 mod handlers;
 
