@@ -77,10 +77,11 @@ fmt-check:
 	@if $(CARGO) fmt --version >/dev/null 2>&1; then $(CARGO) fmt --all -- --check; \
 	else echo "!!! rustfmt is not installed: formatting was NOT checked (rustup component add rustfmt)" >&2; fi
 
-lint: ## Clippy with warnings as errors.
+lint: ## Clippy with warnings as errors; no import cycle between the modules of a crate.
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
 		$(CARGO) clippy --workspace $(FEATURES) --all-targets --locked -- -D warnings; \
 	else echo "!!! clippy is not installed: lints were NOT checked (rustup component add clippy)" >&2; fi
+	python3 hack/module-cycles.py
 
 $(MOTO): ## The AWS API emulator used by the AWS provider tests, in a local virtualenv.
 	python3 -m venv .venv
