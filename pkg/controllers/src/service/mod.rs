@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use cloud_provider::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use cloud_provider::{CloudError, CloudProvider, LoadBalancer, ObjectKey, ObjectKind, for_object};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -933,10 +932,11 @@ impl Shared {
         ignore_not_found(result)
     }
 
-    /// Updates the hosts of every load balancer after the node set changed. A load balancer whose
-    /// update fails is queued for a full sync (which ensures it with the current nodes) with the usual
-    /// retry delays.
-    async fn node_sync(&self, shutdown: &CancellationToken) {
+    /// Updates the hosts of every load balancer after the node set changed, `--concurrent-service-syncs`
+    /// at a time, each worker a task of its own (as upstream's are goroutines), so that the work around one
+    /// update never waits for another's. A load balancer whose update fails is queued for a full sync
+    /// (which ensures it with the current nodes) with the usual retry delays.
+    async fn node_sync(self: &Arc<Self>, shutdown: &CancellationToken) {
         let keys: Vec<String> = self
             .cache
             .lock()
@@ -955,25 +955,41 @@ impl Shared {
             "load balancer node set changed; updating every load balancer"
         );
         let start = Instant::now();
-        let failed = Mutex::new(Vec::new());
-        futures::stream::iter(keys)
-            .for_each_concurrent(self.workers, |key| {
-                let hosts = hosts.clone();
-                let failed = &failed;
-                async move {
+        let workers = self.workers.min(keys.len());
+        let pending = Arc::new(Mutex::new(keys.into_iter()));
+        let mut running = JoinSet::new();
+        for _ in 0..workers {
+            let (shared, pending) = (self.clone(), pending.clone());
+            let (hosts, shutdown) = (hosts.clone(), shutdown.clone());
+            running.spawn(async move {
+                let mut failed = Vec::new();
+                loop {
+                    let next = pending.lock().next();
+                    let Some(key) = next else { break };
                     if shutdown.is_cancelled() {
-                        return;
+                        break;
                     }
-                    if let Err(error) = self.update_hosts(&key, &hosts).await {
-                        failed.lock().push((key, error.retry_after));
+                    if let Err(error) = shared.update_hosts(&key, &hosts).await {
+                        failed.push((key, error.retry_after));
                     }
                 }
-            })
-            .await;
+                failed
+            });
+        }
+        let mut failed = Vec::new();
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok(worker_failures) => failed.extend(worker_failures),
+                Err(error) => tracing::error!(
+                    controller = %ControllerName::ServiceLb,
+                    %error,
+                    "a load-balancer host update worker failed; the other workers go on"
+                ),
+            }
+        }
         self.metrics
             .service_nodesync_latency
             .observe(start.elapsed().as_secs_f64());
-        let failed = failed.into_inner();
         if !failed.is_empty() {
             tracing::warn!(
                 controller = %ControllerName::ServiceLb,
