@@ -111,7 +111,7 @@ impl FakeCloud {
             (latency, injected, state.fault_changes())
         };
         if !latency.is_zero() {
-            wait_precisely(latency).await;
+            crate::latency::wait(latency).await;
         }
         if injected == Some(Injected::Hang) {
             tracing::debug!(
@@ -505,29 +505,6 @@ impl LoadBalancer for FakeCloud {
         })
         .await?;
         self.shared.state.lock().delete_lb(service)
-    }
-}
-
-/// The part of a call's latency left to the operating system's timer: the runtime's timer counts whole
-/// milliseconds and rounds up, which adds about a millisecond (5% of a 20 ms call) to every sleep.
-const PRECISE_TAIL: Duration = Duration::from_millis(2);
-
-/// Waits `latency`: on the runtime's timer (cancellable) for all but its last [`PRECISE_TAIL`], then on the
-/// operating system's, to within tens of microseconds of the deadline.
-async fn wait_precisely(latency: Duration) {
-    let deadline = tokio::time::Instant::now() + latency;
-    if let Some(coarse) = latency.checked_sub(PRECISE_TAIL) {
-        tokio::time::sleep(coarse).await;
-    }
-    let rest = deadline.saturating_duration_since(tokio::time::Instant::now());
-    if !rest.is_zero() {
-        // Only if the runtime cannot run blocking work does the tail fall back to its timer.
-        if tokio::task::spawn_blocking(move || std::thread::sleep(rest))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(rest).await;
-        }
     }
 }
 

@@ -25,7 +25,7 @@
 //! All state sits behind one mutex and every listing is sorted, so the cloud is thread-safe and deterministic.
 //!
 //! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `state` → `config` → `faults`,
-//! `pool` (a module uses only those to its right).
+//! `pool`, `latency` (a module uses only those to its right).
 //!
 //! ```
 //! use cloud_provider::Registry;
@@ -43,6 +43,7 @@ mod cloud;
 mod config;
 mod control;
 mod faults;
+mod latency;
 mod pool;
 mod shared;
 mod state;

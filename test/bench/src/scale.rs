@@ -22,8 +22,9 @@ use crate::daemon::Daemon;
 use crate::fake_admin::{FakeAdmin, free_port};
 use crate::report::{Outcome, format_duration};
 use crate::scenario::{
-    DaemonExtras, Scenario, Span, create_initialized_nodes, create_objects, drain_events,
-    memory_kib, record_traffic, start_daemon, stop_daemon, thousands, wait_for_informers,
+    DaemonExtras, RunSettings, Scenario, Span, create_initialized_nodes, create_objects,
+    drain_events, memory_kib, record_traffic, start_daemon, stop_daemon, thousands,
+    wait_for_informers,
 };
 use crate::tracker::{Goal, Tracker};
 use crate::workload::{
@@ -46,7 +47,7 @@ const EXCLUDED_WAIT: Duration = Duration::from_secs(5);
 /// `e-start`: start-up against existing initialized Ready Nodes.
 pub async fn run_startup(
     scenario: &Scenario,
-    settings: &crate::scenario::RunSettings,
+    settings: &RunSettings,
     cluster: &Cluster,
     dir: &std::path::Path,
 ) -> anyhow::Result<Outcome> {
@@ -188,7 +189,7 @@ async fn healthy(client: &kube::Client) -> bool {
 /// `f`: the steady state of many load balancers, then a Node excluded from them and a Node added.
 pub async fn run_node_change(
     scenario: &Scenario,
-    settings: &crate::scenario::RunSettings,
+    settings: &RunSettings,
     cluster: &Cluster,
     dir: &std::path::Path,
 ) -> anyhow::Result<Outcome> {
@@ -220,18 +221,55 @@ pub async fn run_node_change(
     let excluded = node_name(scenario.lb_nodes);
     notes.push(add_excluded_node(scenario, cluster, &admin, &mut daemon).await?);
 
+    let added = node_name(scenario.lb_nodes + 1);
     let before = cluster.stored_events().await?;
+    let (mut outcome, span, updated) =
+        add_node(scenario, settings, cluster, &admin, &mut daemon, &mut notes).await?;
+    outcome.events_at_done = cluster.stored_events().await?.0 - before.0;
+    let expected = before.0 + outcome.events_expected;
+    let drained = drain_events(cluster, expected, span.start, settings.event_drain).await?;
+    outcome.events_after_drain = drained.stored.0 - before.0;
+    outcome.event_objects = drained.stored.1 - before.1;
+    outcome.events_complete_after = drained.complete_after;
+    outcome.drain = drained.waited;
+    record_traffic(cluster, &admin, &mut outcome).await;
+    let memory = memory_kib(&daemon);
+    outcome.peak_rss_kib = memory.1;
+    let mut failures = Vec::new();
+    if updated.count < services as u64 {
+        failures.push(format!(
+            "only {} of {} load balancers were updated within {:?}",
+            updated.count, services, settings.timeout
+        ));
+    }
+    check_backends(&admin, services, &added, &excluded, &mut failures).await?;
+    stop_daemon(daemon, settings, memory, &mut notes, &mut failures).await?;
+    outcome.failures = failures;
+    outcome.notes = notes;
+    Ok(outcome)
+}
+
+/// Adds a plain Ready Node and waits until every load balancer was updated: the outcome's figures for
+/// that span, the span, and the updates seen.
+async fn add_node(
+    scenario: &Scenario,
+    settings: &RunSettings,
+    cluster: &Cluster,
+    admin: &FakeAdmin,
+    daemon: &mut Daemon,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Outcome, Span, Updates)> {
+    let services = scenario.objects;
     cluster.clear_requests();
     admin.reset_calls().await?;
-    let span = Span::now(&daemon);
+    let span = Span::now(daemon);
     let added = scenario.lb_nodes + 1;
     Api::<Node>::all(cluster.client())
         .create(&PostParams::default(), &initialized_node(added, true))
         .await
         .context("cannot add the node")?;
-    let updated =
-        wait_for_updates(&mut daemon, &admin, services, span.start + settings.timeout).await?;
-    let mut outcome = Outcome {
+    let updated = wait_for_updates(daemon, admin, services, span.start + settings.timeout).await?;
+    let outcome = Outcome {
         id: scenario.id.to_string(),
         title: scenario.title(),
         objects: services,
@@ -255,35 +293,7 @@ pub async fn run_node_change(
         format_duration(floor),
         outcome.wall.as_secs_f64() / floor.as_secs_f64().max(f64::EPSILON)
     ));
-    outcome.events_at_done = cluster.stored_events().await?.0 - before.0;
-    let expected = before.0 + outcome.events_expected;
-    let drained = drain_events(cluster, expected, span.start, settings.event_drain).await?;
-    outcome.events_after_drain = drained.stored.0 - before.0;
-    outcome.event_objects = drained.stored.1 - before.1;
-    outcome.events_complete_after = drained.complete_after;
-    outcome.drain = drained.waited;
-    record_traffic(cluster, &admin, &mut outcome).await;
-    let memory = memory_kib(&daemon);
-    outcome.peak_rss_kib = memory.1;
-    let mut failures = Vec::new();
-    if updated.count < services as u64 {
-        failures.push(format!(
-            "only {} of {} load balancers were updated within {:?}",
-            updated.count, services, settings.timeout
-        ));
-    }
-    check_backends(
-        &admin,
-        services,
-        &node_name(added),
-        &excluded,
-        &mut failures,
-    )
-    .await?;
-    stop_daemon(daemon, settings, memory, &mut notes, &mut failures).await?;
-    outcome.failures = failures;
-    outcome.notes = notes;
-    Ok(outcome)
+    Ok((outcome, span, updated))
 }
 
 /// Events the set-up of `services` load balancers stores: `EnsuringLoadBalancer` and
@@ -296,7 +306,7 @@ fn setup_events(services: usize) -> u64 {
 /// load balancer and the setup's events are stored.
 async fn set_up_load_balancers(
     scenario: &Scenario,
-    settings: &crate::scenario::RunSettings,
+    settings: &RunSettings,
     cluster: &Cluster,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
