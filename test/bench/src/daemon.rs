@@ -161,12 +161,13 @@ impl Daemon {
     }
 
     /// Lines of the daemon's log at WARN or ERROR level.
-    pub fn warnings(&self) -> usize {
+    pub fn warnings(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log_path)
             .unwrap_or_default()
             .lines()
             .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .count()
+            .map(str::to_string)
+            .collect()
     }
 
     /// The exit status, once the daemon has exited.

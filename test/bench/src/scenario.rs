@@ -680,8 +680,12 @@ pub(crate) async fn stop_daemon(
         daemon.open_sockets()
     ));
     let warnings = daemon.warnings();
-    if warnings > 0 {
-        notes.push(format!("the daemon logged {warnings} warnings or errors"));
+    if let Some(first) = warnings.first() {
+        notes.push(format!(
+            "the daemon logged {} warnings or errors, the first: `{}`",
+            warnings.len(),
+            first.chars().take(240).collect::<String>()
+        ));
     }
     let status = daemon.stop(Duration::from_secs(15)).await?;
     let killed_by_sigterm = {
