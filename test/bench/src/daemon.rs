@@ -121,6 +121,15 @@ impl Daemon {
         Self::process_rss_kib(self.pid)
     }
 
+    /// Current anonymous and file-backed resident memory (`RssAnon`, `RssFile`) in KiB.
+    pub fn rss_anon_and_file_kib(&self) -> Option<(u64, u64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        Some((
+            parse_status_kib(&status, "RssAnon:")?,
+            parse_status_kib(&status, "RssFile:")?,
+        ))
+    }
+
     /// Current resident set size (`VmRSS`) of process `pid` in KiB.
     pub fn process_rss_kib(pid: u32) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -92,7 +92,7 @@ pub async fn run_startup(
     record_traffic(cluster, &admin, &mut outcome).await;
     let mut notes = milestones.notes(span.start);
     let memory = memory_kib(&daemon);
-    outcome.peak_rss_kib = memory.1;
+    outcome.peak_rss_kib = memory.peak;
     let mut failures = Vec::new();
     if milestones.pass_finished.is_none() || milestones.serving.is_none() {
         failures.push(format!(
@@ -234,7 +234,7 @@ pub async fn run_node_change(
     outcome.drain = drained.waited;
     record_traffic(cluster, &admin, &mut outcome).await;
     let memory = memory_kib(&daemon);
-    outcome.peak_rss_kib = memory.1;
+    outcome.peak_rss_kib = memory.peak;
     let mut failures = Vec::new();
     if updated.count < services as u64 {
         failures.push(format!(

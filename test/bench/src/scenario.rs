@@ -655,13 +655,28 @@ pub(crate) async fn drain_events(
     })
 }
 
-/// The daemon's current and peak resident memory in KiB. Read before the end-state checks: they query the
-/// fake cloud's admin API, which runs inside the daemon process and would add the buffers of its answers
-/// to the daemon's peak. VmHWM is updated lazily by the kernel; the current RSS may be above it for a
-/// moment.
-pub(crate) fn memory_kib(daemon: &Daemon) -> (u64, u64) {
+/// The daemon's resident memory, KiB.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Memory {
+    /// Resident now (`VmRSS`).
+    pub rss: u64,
+    /// The peak (`VmHWM`).
+    pub peak: u64,
+    /// Of the resident now: anonymous memory (heap, stacks) and file-backed pages (the binary's code and the
+    /// shared libraries, which move with the linker's layout of the code).
+    pub anon_and_file: Option<(u64, u64)>,
+}
+
+/// The daemon's memory. Read before the end-state checks: they query the fake cloud's admin API, which runs
+/// inside the daemon process and would add the buffers of its answers to the daemon's peak. VmHWM is updated
+/// lazily by the kernel; the current RSS may be above it for a moment.
+pub(crate) fn memory_kib(daemon: &Daemon) -> Memory {
     let rss = daemon.rss_kib().unwrap_or(0);
-    (rss, daemon.peak_rss_kib().unwrap_or(0).max(rss))
+    Memory {
+        rss,
+        peak: daemon.peak_rss_kib().unwrap_or(0).max(rss),
+        anon_and_file: daemon.rss_anon_and_file_kib(),
+    }
 }
 
 /// Notes the daemon's memory, sockets and warnings, stops it and fails the scenario when it does not exit
@@ -669,14 +684,24 @@ pub(crate) fn memory_kib(daemon: &Daemon) -> (u64, u64) {
 pub(crate) async fn stop_daemon(
     daemon: Daemon,
     settings: &RunSettings,
-    (rss_kib, peak_rss_kib): (u64, u64),
+    memory: Memory,
     notes: &mut Vec<String>,
     failures: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let split = memory
+        .anon_and_file
+        .map_or_else(String::new, |(anon, file)| {
+            format!(
+                ": {:.1} MiB anonymous, {:.1} MiB file-backed",
+                mib(anon),
+                mib(file)
+            )
+        });
     notes.push(format!(
-        "daemon at the end: {:.1} MiB resident (peak {:.1} MiB), {} open sockets",
-        rss_kib as f64 / 1024.0,
-        peak_rss_kib as f64 / 1024.0,
+        "daemon at the end: {:.1} MiB resident{split} (peak {:.1} MiB), {} open sockets",
+        mib(memory.rss),
+        mib(memory.peak),
         daemon.open_sockets()
     ));
     let warnings = daemon.warnings();
@@ -770,7 +795,7 @@ pub(crate) async fn run_on(
     outcome.events_complete_after = drained.complete_after;
     outcome.drain = drained.waited;
     let memory = memory_kib(&daemon);
-    outcome.peak_rss_kib = memory.1;
+    outcome.peak_rss_kib = memory.peak;
 
     let mut failures = Vec::new();
     if !all_done {
