@@ -82,8 +82,12 @@ impl Waker {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         waiting.scheduled += 1;
         let sequence = waiting.scheduled;
+        // The thread sleeps until the earliest deadline: it only needs waking for an earlier one.
+        let sooner = waiting.deadlines.peek().is_none_or(|first| at < first.at);
         waiting.deadlines.push(Deadline { at, sequence, wake });
-        self.changed.notify_one();
+        if sooner {
+            self.changed.notify_one();
+        }
     }
 
     /// Wakes every call whose deadline has come, then sleeps until the next deadline or a new call.
