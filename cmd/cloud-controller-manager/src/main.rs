@@ -13,13 +13,5 @@ use std::process::ExitCode;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    #[allow(unused_mut)]
-    let mut registry = cloud_provider::Registry::new();
-    #[cfg(feature = "aws")]
-    provider_aws::register(&mut registry);
-    #[cfg(feature = "digitalocean")]
-    provider_digitalocean::register(&mut registry);
-    #[cfg(feature = "fake")]
-    provider_fake::register(&mut registry);
-    ccm_app::run_main(registry)
+    ccm_app::run_main(cloud_controller_manager::registry())
 }

@@ -3,20 +3,8 @@
 //! table's own), and `--controllers` accepts each one's name and alias.
 
 use ccm_app::controllers_flag::{ControllerSelection, known_controllers};
+use cloud_controller_manager::registry;
 use cloud_provider::{ControllerInfo, Registry};
-
-/// The providers this binary registers (as `main.rs` does).
-fn registry() -> Registry {
-    #[allow(unused_mut)]
-    let mut registry = Registry::new();
-    #[cfg(feature = "aws")]
-    provider_aws::register(&mut registry);
-    #[cfg(feature = "digitalocean")]
-    provider_digitalocean::register(&mut registry);
-    #[cfg(feature = "fake")]
-    provider_fake::register(&mut registry);
-    registry
-}
 
 /// Every controller the daemon knows with any compiled-in provider: the table's, then the providers'.
 fn every_controller(registry: &Registry) -> Vec<ControllerInfo> {

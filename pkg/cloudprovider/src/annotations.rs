@@ -313,6 +313,25 @@ pub fn check_readme_table<K>(
     }
 }
 
+/// The checks a provider's tests run on its annotation table: the rows are in name order, each name once
+/// (fuzz corpora depend on the order), and the README's table after `heading` names exactly the rows
+/// ([`check_readme_table`]). `Err` lists every difference.
+pub fn check_table<K>(
+    table: &[Annotation<K>],
+    readme: &str,
+    heading: &str,
+    short_prefix: &str,
+) -> Result<(), String> {
+    let names = names(table);
+    if let Some(pair) = names.windows(2).find(|pair| pair[0] >= pair[1]) {
+        return Err(format!(
+            "the table is not in name order, each name once: {} before {}",
+            pair[0], pair[1]
+        ));
+    }
+    check_readme_table(table, readme, heading, short_prefix)
+}
+
 /// The first cells of the body rows of the first table after `heading`.
 fn readme_table_rows(readme: &str, heading: &str) -> Option<Vec<String>> {
     let mut lines = readme.lines().skip_while(|l| l.trim() != heading);
@@ -447,5 +466,13 @@ after
         );
         assert!(err.contains("\"-nothing\""), "{err}");
         assert!(check_readme_table(TABLE, README, "## Nope", "example.com/").is_err());
+    }
+
+    #[test]
+    fn tables_must_be_in_name_order() {
+        check_table(TABLE, README, "## Annotations", "example.com/").unwrap();
+        let unordered = [TABLE[1], TABLE[0], TABLE[2]];
+        let err = check_table(&unordered, README, "## Annotations", "example.com/").unwrap_err();
+        assert!(err.contains("not in name order"), "{err}");
     }
 }

@@ -110,12 +110,7 @@ impl FaultRule {
     }
 
     fn matches(&self, key: &RequestKey) -> bool {
-        self.verb.as_deref().is_none_or(|v| v == key.verb)
-            && self.resource.as_deref().is_none_or(|r| r == key.resource)
-            && self
-                .subresource
-                .as_deref()
-                .is_none_or(|s| s == key.subresource)
+        key.matches(&self.verb, &self.resource, &self.subresource)
     }
 }
 
@@ -167,12 +162,7 @@ impl LatencyRule {
     }
 
     fn matches(&self, key: &RequestKey) -> bool {
-        self.verb.as_deref().is_none_or(|v| v == key.verb)
-            && self.resource.as_deref().is_none_or(|r| r == key.resource)
-            && self
-                .subresource
-                .as_deref()
-                .is_none_or(|s| s == key.subresource)
+        key.matches(&self.verb, &self.resource, &self.subresource)
     }
 }
 
@@ -218,6 +208,18 @@ impl RequestKey {
             resource: resource.to_string(),
             subresource: subresource.to_string(),
         }
+    }
+
+    /// Whether a rule's filters select this request: each unset filter matches anything.
+    fn matches(
+        &self,
+        verb: &Option<String>,
+        resource: &Option<String>,
+        subresource: &Option<String>,
+    ) -> bool {
+        verb.as_deref().is_none_or(|v| v == self.verb)
+            && resource.as_deref().is_none_or(|r| r == self.resource)
+            && subresource.as_deref().is_none_or(|s| s == self.subresource)
     }
 }
 

@@ -57,11 +57,8 @@ fn status(lb: &LbInfo) -> LoadBalancerStatus {
 }
 
 fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or("default"),
-        service.metadata.name.as_deref().unwrap_or_default()
-    )
+    let (namespace, name) = spec::namespace_and_name(service);
+    format!("{namespace}/{name}")
 }
 
 /// Whether the node carries every label of the target-node-labels annotation (an empty value: the label

@@ -860,13 +860,10 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
     let cross_zone = annotated_bool(service, ANN_CROSS_ZONE)?;
     let access_log = access_log(service)?;
     let target_group_attributes = target_group_attributes(service, &protocols)?;
+    let (namespace, name) = namespace_and_name(service);
     Ok(LbSpec {
-        namespace: service
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
-        name: service.metadata.name.clone().unwrap_or_default(),
+        namespace,
+        name,
         internal: placement.internal,
         subnets: placement.subnets,
         ports,
@@ -883,6 +880,18 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
         source_ranges: source_ranges(service)?.unwrap_or_default(),
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
     })
+}
+
+/// The Service's namespace (`default` when unset, as the API server defaults it) and name.
+pub(crate) fn namespace_and_name(service: &Service) -> (String, String) {
+    (
+        service
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        service.metadata.name.clone().unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

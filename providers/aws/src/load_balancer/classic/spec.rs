@@ -17,8 +17,8 @@ use crate::load_balancer::spec::{
     ANN_BACKEND_PROTOCOL, ANN_CROSS_ZONE, ANN_HC_HEALTHY, ANN_HC_INTERVAL, ANN_HC_PATH,
     ANN_HC_PORT, ANN_HC_PROTOCOL, ANN_HC_TIMEOUT, ANN_HC_UNHEALTHY, ANN_INTERNAL,
     ANN_SECURITY_GROUPS, ANN_SSL_CERT, ANN_SSL_NEGOTIATION_POLICY, ANN_SSL_PORTS, ANN_SUBNETS,
-    ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, parse_bool,
-    parse_int, source_ranges,
+    ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, namespace_and_name,
+    parse_bool, parse_int, source_ranges,
 };
 
 /// `*`: the proxy protocol towards the instances on every listener.
@@ -505,13 +505,10 @@ pub fn parse(
             .map(key_value_pairs)
             .unwrap_or_default()
     };
+    let (namespace, name) = namespace_and_name(service);
     Ok(ClassicSpec {
-        namespace: service
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
-        name: service.metadata.name.clone().unwrap_or_default(),
+        namespace,
+        name,
         internal: annotation(service, ANN_INTERNAL).is_some_and(|v| !v.is_empty() && v != "false"),
         subnets,
         health_check: health_check(service, &listeners, cluster_probe)?,
