@@ -220,24 +220,28 @@ impl CloudNodeLifecycleController {
                 }
             }
         }
-        summary.tainted = self.add_shutdown_taints(&stopped).await;
-        let gone = self.confirm_missing(missing).await;
-        match deletion_guard(
-            gone.len(),
-            nodes.len(),
-            self.ctx.config.node_deletion_max_percent,
-        ) {
-            GuardDecision::Allow => {
-                summary.deleted = self.delete_nodes(&gone).await;
-            }
+        // The second look at the missing instances overlaps the taint writes: neither waits for the other.
+        let (tainted, gone) = tokio::join!(
+            self.add_shutdown_taints(&stopped),
+            self.confirm_missing(missing)
+        );
+        summary.tainted = tainted;
+        (summary.deleted, summary.guarded) = self.delete_if_allowed(&gone, nodes.len()).await;
+        summary
+    }
+
+    /// Deletes the nodes of `gone` (of `total` nodes) unless the deletion guard refuses; returns how many
+    /// were deleted and how many the guard kept.
+    async fn delete_if_allowed(&self, gone: &[Arc<CachedNode>], total: usize) -> (usize, usize) {
+        match deletion_guard(gone.len(), total, self.ctx.config.node_deletion_max_percent) {
+            GuardDecision::Allow => (self.delete_nodes(gone).await, 0),
             GuardDecision::Refuse { limit } => {
-                summary.guarded = gone.len();
                 self.ctx.metrics.node_lifecycle_deletion_guard_trips.inc();
                 let pct = self.ctx.config.node_deletion_max_percent;
                 let message = format!(
                     "Refusing to delete {} of {} nodes whose instances the cloud reports gone: one pass may delete at most {}% ({} nodes, --node-deletion-max-percent); no node was deleted",
                     gone.len(),
-                    nodes.len(),
+                    total,
                     pct,
                     limit
                 );
@@ -245,7 +249,7 @@ impl CloudNodeLifecycleController {
                 names.sort();
                 tracing::warn!(
                     candidates = gone.len(),
-                    nodes = nodes.len(),
+                    nodes = total,
                     max_percent = pct.get(),
                     limit,
                     first = ?names.iter().take(10).collect::<Vec<_>>(),
@@ -261,9 +265,9 @@ impl CloudNodeLifecycleController {
                         message,
                     );
                 }
+                (0, gone.len())
             }
         }
-        summary
     }
 
     /// The nodes of `missing` (their instances not found this pass) to delete: those past
