@@ -111,7 +111,7 @@ impl FakeCloud {
             (latency, injected, state.fault_changes())
         };
         if !latency.is_zero() {
-            crate::latency::wait(latency).await;
+            crate::latency::wait(latency, self.cfg().precise_latency).await;
         }
         if injected == Some(Injected::Hang) {
             tracing::debug!(

@@ -1,7 +1,8 @@
-//! The latency the fake cloud adds to a call, waited to within tens of microseconds. The runtime's timer
-//! counts whole milliseconds and rounds up, so a "20 ms" call lasted 20.5 to 21 ms on it. One thread of the
-//! process keeps the deadlines and wakes each waiting call at its own (the operating system's timer is
-//! precise); a call dropped while it waits is skipped at its deadline.
+//! The latency the fake cloud adds to a call: on the runtime's timer, or (`preciseLatency`) to within tens
+//! of microseconds. The runtime's timer counts whole milliseconds and rounds up, so a "20 ms" call lasts
+//! 20.5 to 21 ms on it. For a precise wait, one thread of the process keeps the deadlines and wakes each
+//! waiting call at its own (the operating system's timer is precise), at the price of a wake-up from
+//! another thread per call; a call dropped while it waits is skipped at its deadline.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-/// Waits `latency`; on the runtime's timer only when the waking thread could not be started.
-pub(crate) async fn wait(latency: Duration) {
+/// Waits `latency`: to within tens of microseconds when `precise` (and the waking thread could be
+/// started), else on the runtime's timer.
+pub(crate) async fn wait(latency: Duration, precise: bool) {
     let (wake, woken) = oneshot::channel();
-    match waker() {
+    match if precise { waker() } else { None } {
         Some(waker) => {
             waker.schedule(Instant::now() + latency, wake);
             // The waker never drops a waiter before its deadline.
@@ -128,11 +130,11 @@ mod tests {
     async fn calls_wait_at_least_their_latency_and_are_woken_in_deadline_order() {
         let start = Instant::now();
         let long = tokio::spawn(async move {
-            wait(Duration::from_millis(30)).await;
+            wait(Duration::from_millis(30), true).await;
             Instant::now()
         });
         let short = tokio::spawn(async move {
-            wait(Duration::from_millis(10)).await;
+            wait(Duration::from_millis(10), true).await;
             Instant::now()
         });
         let (long, short) = (long.await.unwrap(), short.await.unwrap());
@@ -143,10 +145,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_call_does_not_stop_the_others() {
-        let dropped = tokio::spawn(wait(Duration::from_millis(5)));
+        let dropped = tokio::spawn(wait(Duration::from_millis(5), true));
         dropped.abort();
         let start = Instant::now();
-        wait(Duration::from_millis(15)).await;
+        wait(Duration::from_millis(15), true).await;
         assert!(start.elapsed() >= Duration::from_millis(15));
     }
 }

@@ -32,9 +32,9 @@ use crate::fake_admin::{FakeAdmin, free_port};
 use crate::report::{Outcome, percentile};
 use crate::tracker::{Goal, Tracker};
 use crate::workload::{
-    self, ExplicitInstances, INSTANCE_TYPE, PROVIDER_PREFIX, TAINT_SHUTDOWN, ZONE, has_taint,
-    ingress_of, initialized_node, is_uninitialized, load_balancer_service, node_name, service_name,
-    tainted_node,
+    self, CloudBehaviour, ExplicitInstances, INSTANCE_TYPE, PROVIDER_PREFIX, TAINT_SHUTDOWN, ZONE,
+    has_taint, ingress_of, initialized_node, is_uninitialized, load_balancer_service, node_name,
+    service_name, tainted_node,
 };
 
 /// How long the daemon may take to start its informers.
@@ -121,6 +121,9 @@ pub struct Scenario {
     /// NodeInit: the fake cloud reports an ExternalIP besides the kubelet's addresses, so initialization
     /// writes the node's addresses too.
     pub cloud_adds_addresses: bool,
+    /// The fake cloud waits each call's latency precisely (`preciseLatency`): the scale scenarios, whose
+    /// goals compare times with a floor computed from the latency.
+    pub precise_latency: bool,
 }
 
 impl Scenario {
@@ -149,6 +152,7 @@ impl Scenario {
             create_rate: 0.0,
             steady_seconds: 30,
             cloud_adds_addresses: false,
+            precise_latency: Scenario::SCALE.contains(&id),
         };
         Some(match id {
             "a" => base,
@@ -490,7 +494,10 @@ pub(crate) fn start_daemon(
             settings.latency_ms,
             admin_port,
             explicit,
-            scenario.cloud_adds_addresses,
+            CloudBehaviour {
+                external_ips: scenario.cloud_adds_addresses,
+                precise_latency: scenario.precise_latency,
+            },
         ),
     )
     .context("cannot write the cloud config")?;
@@ -1187,6 +1194,8 @@ mod tests {
         assert!(Scenario::preset("d-paced").unwrap().create_rate > 0.0);
         let b_addr = Scenario::preset("b-addr").unwrap();
         assert!(b_addr.cloud_adds_addresses && !b.cloud_adds_addresses);
+        assert!(!b.precise_latency && !d.precise_latency);
+        assert!(Scenario::preset("f").unwrap().precise_latency);
         assert_eq!((b_addr.objects, b_addr.qps), (5000, 500.0));
         assert!(Scenario::preset("z").is_none());
         assert!(

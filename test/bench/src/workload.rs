@@ -195,16 +195,28 @@ pub struct ExplicitInstances {
     pub terminated: Vec<String>,
 }
 
+/// How the benchmark's fake cloud behaves beyond its instances.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CloudBehaviour {
+    /// Auto-discovered instances report an ExternalIP besides the kubelet's addresses.
+    pub external_ips: bool,
+    /// Every call's latency is waited to within tens of microseconds (`preciseLatency`).
+    pub precise_latency: bool,
+}
+
 /// The fake cloud's `--cloud-config`: one region and zone, one instance type, every call delayed by
 /// `latency_ms`, the admin API on `admin_port`, and the explicit instances (every other Node is an
-/// auto-discovered running instance, reporting an ExternalIP besides the kubelet's addresses when
-/// `external_ips`).
+/// auto-discovered running instance).
 pub fn cloud_config(
     latency_ms: u64,
     admin_port: u16,
     explicit: &ExplicitInstances,
-    external_ips: bool,
+    behaviour: CloudBehaviour,
 ) -> String {
+    let CloudBehaviour {
+        external_ips,
+        precise_latency,
+    } = behaviour;
     let mut yaml = format!(
         "clusterID: bench\n\
          clusterName: kubernetes\n\
@@ -216,6 +228,10 @@ pub fn cloud_config(
          discoveredExternalIPs: {external_ips}\n\
          faults:\n  \"*\": {{latencyMs: {latency_ms}}}\n"
     );
+    // Written only when on, so that a daemon from before the setting reads the other scenarios' config.
+    if precise_latency {
+        yaml.push_str("preciseLatency: true\n");
+    }
     if !explicit.stopped.is_empty() || !explicit.terminated.is_empty() {
         yaml.push_str("instances:\n");
         for (names, state) in [
@@ -305,13 +321,23 @@ mod tests {
             stopped: vec!["a".into()],
             terminated: vec!["b".into(), "c".into()],
         };
-        let yaml = cloud_config(20, 4242, &explicit, false);
+        let yaml = cloud_config(20, 4242, &explicit, CloudBehaviour::default());
         assert!(yaml.contains("\"*\": {latencyMs: 20}"));
         assert!(yaml.contains("adminAddress: 127.0.0.1:4242"));
         assert!(yaml.contains("  - {name: a, state: stopped}\n"));
         assert!(yaml.contains("  - {name: c, state: terminated}\n"));
-        let plain = cloud_config(5, 1, &ExplicitInstances::default(), true);
+        let plain = cloud_config(
+            5,
+            1,
+            &ExplicitInstances::default(),
+            CloudBehaviour {
+                external_ips: true,
+                precise_latency: true,
+            },
+        );
         assert!(plain.contains("discoveredExternalIPs: true"));
+        assert!(plain.contains("preciseLatency: true"));
+        assert!(!yaml.contains("preciseLatency"));
         assert!(!plain.contains("instances:"));
     }
 
@@ -321,9 +347,19 @@ mod tests {
             stopped: vec![node_name(0)],
             terminated: vec![node_name(1)],
         };
-        let cloud =
-            provider_fake::FakeCloud::from_yaml(cloud_config(20, 0, &explicit, true).as_bytes())
-                .expect("valid fake cloud config");
+        let cloud = provider_fake::FakeCloud::from_yaml(
+            cloud_config(
+                20,
+                0,
+                &explicit,
+                CloudBehaviour {
+                    external_ips: true,
+                    precise_latency: true,
+                },
+            )
+            .as_bytes(),
+        )
+        .expect("valid fake cloud config");
         let live = cloud.handle().instances();
         assert_eq!(live.len(), 1, "the terminated instance is only a tombstone");
         assert_eq!(live[0].name, node_name(0));

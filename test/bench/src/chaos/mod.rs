@@ -45,7 +45,8 @@ use crate::report::{Outcome, load_average};
 use crate::scenario::{ChaosOptions, RunSettings, Scenario};
 use crate::tracker::{Goal, Tracker};
 use crate::workload::{
-    ExplicitInstances, ingress_of, is_uninitialized, load_balancer_service, node_name, tainted_node,
+    CloudBehaviour, ExplicitInstances, ingress_of, is_uninitialized, load_balancer_service,
+    node_name, tainted_node,
 };
 use checks::{Expected, Problems};
 use daemons::Incarnations;
@@ -146,7 +147,7 @@ fn first_cloud(settings: &RunSettings, options: &ChaosOptions) -> anyhow::Result
         settings.latency_ms,
         free_port()?,
         &ExplicitInstances::default(),
-        false,
+        CloudBehaviour::default(),
     );
     let mut config =
         FakeConfig::from_yaml(yaml.as_bytes()).context("the benchmark's cloud-config")?;
