@@ -66,11 +66,13 @@ where
                 fit_bulk_results(bulk(v2, chunk, owned).await, chunk.len(), calls.what)
             })
             .collect();
-        let answers: Vec<Vec<Result<T, CloudError>>> = futures::stream::iter(requests)
-            .buffered(calls.concurrent_calls)
-            .collect()
-            .await;
-        return answers.into_iter().flatten().collect();
+        // Each answer moves into the results as it comes: never every answer and their copy at once.
+        let mut results = Vec::with_capacity(nodes.len());
+        let mut answers = futures::stream::iter(requests).buffered(calls.concurrent_calls);
+        while let Some(answer) = answers.next().await {
+            results.extend(answer);
+        }
+        return results;
     }
     if let Some(v1) = cloud.instances() {
         let lookups = nodes.iter().cloned().map(|node| per_node(v1, node));

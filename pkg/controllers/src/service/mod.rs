@@ -52,8 +52,9 @@ use crate::workqueue::WorkQueue;
 use crate::workqueue_metrics::queue_names;
 
 use predicates::{
-    SyncFingerprint, current_status, has_cleanup_finalizer, load_balancer_nodes,
-    load_balancer_status_equal, should_delete, should_enqueue, wants_load_balancer,
+    SyncFingerprint, current_status, differs_in_status_only, has_cleanup_finalizer,
+    load_balancer_nodes, load_balancer_status_equal, should_delete, should_enqueue,
+    wants_load_balancer,
 };
 
 /// Delay before the first retry of a failed sync.
@@ -543,12 +544,27 @@ impl Shared {
     }
 
     /// Queues the Service when the notification matters to its load balancer.
-    fn observe(&self, seen: &mut HashMap<String, SyncFingerprint>, service: &Service) {
+    fn observe(&self, seen: &mut HashMap<String, SyncFingerprint>, service: &Arc<Service>) {
         let key = service_key(service);
         if should_enqueue(seen.get(&key), service) {
             self.queue.add(key.clone());
+        } else {
+            self.adopt_status_change(&key, service);
         }
         seen.insert(key, SyncFingerprint::of(service));
+    }
+
+    /// Holds `service` as the last synced state of `key` when it differs from that state only where this
+    /// controller writes (the load-balancer status and cleanup finalizer it just wrote), instead of holding
+    /// both versions: the provider would be handed the same labels, annotations and spec.
+    fn adopt_status_change(&self, key: &str, service: &Arc<Service>) {
+        let mut cache = self.cache.lock();
+        if let Some(cached) = cache.get_mut(key)
+            && !Arc::ptr_eq(cached, service)
+            && differs_in_status_only(cached, service)
+        {
+            *cached = service.clone();
+        }
     }
 
     /// The current load-balancer nodes, built from the node store when no current list is held.

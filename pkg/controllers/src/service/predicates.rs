@@ -152,6 +152,33 @@ pub fn current_status(service: &Service) -> LoadBalancerStatus {
         .unwrap_or_default()
 }
 
+/// True when `newer` is `older` changed only where this controller writes: its status (and resourceVersion)
+/// and the load-balancer cleanup finalizer; the same identity, labels, annotations, other finalizers,
+/// deletion state and spec.
+pub fn differs_in_status_only(older: &Service, newer: &Service) -> bool {
+    fn other_finalizers(service: &Service) -> impl Iterator<Item = &String> {
+        service
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| *f != FINALIZER_LOAD_BALANCER_CLEANUP)
+    }
+    let (a, b) = (&older.metadata, &newer.metadata);
+    a.uid == b.uid
+        && a.name == b.name
+        && a.namespace == b.namespace
+        && a.generation == b.generation
+        && a.labels == b.labels
+        && a.annotations == b.annotations
+        && other_finalizers(older).eq(other_finalizers(newer))
+        && a.owner_references == b.owner_references
+        && a.deletion_timestamp == b.deletion_timestamp
+        && a.deletion_grace_period_seconds == b.deletion_grace_period_seconds
+        && a.creation_timestamp == b.creation_timestamp
+        && older.spec == newer.spec
+}
+
 /// Parses a boolean the way Kubernetes label values are usually parsed (Go `strconv.ParseBool`).
 fn parse_bool(value: &str) -> Option<bool> {
     match value {
@@ -242,6 +269,38 @@ mod tests {
     fn set_type(mut s: Service, t: &str) -> Service {
         s.spec.as_mut().unwrap().type_ = Some(t.into());
         s
+    }
+
+    #[test]
+    fn a_status_change_alone_is_told_from_other_changes() {
+        let older = lb_service();
+        let mut newer = lb_service();
+        newer.metadata.resource_version = Some("8".into());
+        newer.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some("198.51.100.1".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+        assert!(differs_in_status_only(&older, &newer));
+        assert!(differs_in_status_only(
+            &older,
+            &with_finalizer(newer.clone())
+        ));
+        let mut other_finalizer = newer.clone();
+        other_finalizer.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        assert!(!differs_in_status_only(&older, &other_finalizer));
+        assert!(!differs_in_status_only(&older, &deleting(newer.clone())));
+        assert!(!differs_in_status_only(
+            &older,
+            &set_type(newer.clone(), "ClusterIP")
+        ));
+        let mut labelled = newer;
+        labelled.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        assert!(!differs_in_status_only(&older, &labelled));
     }
 
     #[test]
