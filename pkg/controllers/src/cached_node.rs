@@ -32,24 +32,24 @@ pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// taints; addresses; the status of the `Ready` and `NetworkUnavailable` conditions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CachedNode {
-    name: String,
-    uid: Option<String>,
-    resource_version: Option<String>,
+    name: Box<str>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
     labels: StringMap,
     annotations: StringMap,
-    provider_id: Option<String>,
+    provider_id: Option<Box<str>>,
     /// `spec.podCIDRs`, or `spec.podCIDR` when the list is empty.
-    pub pod_cidrs: Vec<String>,
+    pub pod_cidrs: Box<[String]>,
     /// `spec.taints`.
-    pub taints: Vec<Taint>,
+    pub taints: Box<[Taint]>,
     /// `status.addresses`, shared with the views controllers keep for change detection.
     pub addresses: Arc<[NodeAddress]>,
     /// Status (`True`, `False`, `Unknown`) of the `Ready` condition, when the node has one.
-    pub ready: Option<String>,
+    pub ready: Option<Box<str>>,
     /// Status of the `NetworkUnavailable` condition, when the node has one.
-    pub network_unavailable: Option<String>,
+    pub network_unavailable: Option<Box<str>>,
 }
 
 impl CachedNode {
@@ -113,8 +113,8 @@ impl CachedNode {
         ObjectReference {
             api_version: Some(<Node as Resource>::api_version(&()).into_owned()),
             kind: Some(<Node as Resource>::kind(&()).into_owned()),
-            name: Some(self.name.clone()),
-            uid: self.uid.clone(),
+            name: Some(self.name.to_string()),
+            uid: self.uid.as_deref().map(str::to_string),
             ..ObjectReference::default()
         }
     }
@@ -130,16 +130,16 @@ impl CachedNode {
         .filter_map(|(type_, status)| {
             status.as_ref().map(|status| NodeCondition {
                 type_: type_.to_string(),
-                status: status.clone(),
+                status: status.to_string(),
                 ..NodeCondition::default()
             })
         })
         .collect();
         Node {
             metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                uid: self.uid.clone(),
-                resource_version: self.resource_version.clone(),
+                name: Some(self.name.to_string()),
+                uid: self.uid.as_deref().map(str::to_string),
+                resource_version: self.resource_version.as_deref().map(str::to_string),
                 creation_timestamp: self.creation_timestamp.clone(),
                 deletion_timestamp: self.deletion_timestamp.clone(),
                 labels: self.labels.to_btree_map(),
@@ -147,10 +147,10 @@ impl CachedNode {
                 ..ObjectMeta::default()
             },
             spec: Some(NodeSpec {
-                provider_id: self.provider_id.clone(),
+                provider_id: self.provider_id.as_deref().map(str::to_string),
                 pod_cidr: self.pod_cidrs.first().cloned(),
-                pod_cidrs: (!self.pod_cidrs.is_empty()).then(|| self.pod_cidrs.clone()),
-                taints: (!self.taints.is_empty()).then(|| self.taints.clone()),
+                pod_cidrs: (!self.pod_cidrs.is_empty()).then(|| self.pod_cidrs.to_vec()),
+                taints: (!self.taints.is_empty()).then(|| self.taints.to_vec()),
                 ..NodeSpec::default()
             }),
             status: Some(NodeStatus {
@@ -178,22 +178,24 @@ impl From<Node> for CachedNode {
         let mut network_unavailable = None;
         for condition in status.conditions.unwrap_or_default() {
             match condition.type_.as_str() {
-                CONDITION_READY => ready = Some(condition.status),
-                CONDITION_NETWORK_UNAVAILABLE => network_unavailable = Some(condition.status),
+                CONDITION_READY => ready = Some(condition.status.into_boxed_str()),
+                CONDITION_NETWORK_UNAVAILABLE => {
+                    network_unavailable = Some(condition.status.into_boxed_str());
+                }
                 _ => {}
             }
         }
         CachedNode {
-            name: meta.name.unwrap_or_default(),
-            uid: meta.uid,
-            resource_version: meta.resource_version,
+            name: meta.name.unwrap_or_default().into_boxed_str(),
+            uid: meta.uid.map(String::into_boxed_str),
+            resource_version: meta.resource_version.map(String::into_boxed_str),
             creation_timestamp: meta.creation_timestamp,
             deletion_timestamp: meta.deletion_timestamp,
             labels: StringMap::from(meta.labels.unwrap_or_default()),
             annotations: StringMap::from(meta.annotations.unwrap_or_default()),
-            provider_id: spec.provider_id,
-            pod_cidrs,
-            taints: spec.taints.unwrap_or_default(),
+            provider_id: spec.provider_id.map(String::into_boxed_str),
+            pod_cidrs: pod_cidrs.into_boxed_slice(),
+            taints: spec.taints.unwrap_or_default().into_boxed_slice(),
             addresses: status.addresses.unwrap_or_default().into(),
             ready,
             network_unavailable,
@@ -238,9 +240,27 @@ impl Lookup for CachedNode {
 }
 
 /// A string-to-string map (labels, annotations) sorted by key, with keys and values interned: thousands of
-/// nodes share one copy of `topology.kubernetes.io/zone` and of each zone name.
+/// nodes share one copy of `topology.kubernetes.io/zone` and of each zone name, and an entry is two
+/// pointers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StringMap(Box<[(Arc<str>, Arc<str>)]>);
+pub struct StringMap(Box<[(Interned, Interned)]>);
+
+/// An interned string behind a thin pointer (8 bytes, where an `Arc<str>` is 16): label and annotation
+/// entries outnumber the distinct strings many times over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Interned(Arc<Box<str>>);
+
+impl AsRef<str> for Interned {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Interned {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 impl StringMap {
     /// The value of `key`.
@@ -290,7 +310,7 @@ impl From<BTreeMap<String, String>> for StringMap {
 /// A pool of interned strings, pruned of strings nobody holds any more whenever it has grown to twice its
 /// size after the last pruning.
 struct Interner {
-    strings: HashSet<Arc<str>>,
+    strings: HashSet<Interned>,
     prune_at: usize,
 }
 
@@ -306,15 +326,15 @@ impl Interner {
     }
 
     /// The shared copy of `s`.
-    fn intern(&mut self, s: String) -> Arc<str> {
+    fn intern(&mut self, s: String) -> Interned {
         if let Some(shared) = self.strings.get(s.as_str()) {
             return shared.clone();
         }
         if self.strings.len() >= self.prune_at {
-            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.strings.retain(|s| Arc::strong_count(&s.0) > 1);
             self.prune_at = (self.strings.len() * 2).max(INTERNER_MIN_PRUNE);
         }
-        let shared: Arc<str> = Arc::from(s);
+        let shared = Interned(Arc::new(s.into_boxed_str()));
         self.strings.insert(shared.clone());
         shared
     }
@@ -323,7 +343,7 @@ impl Interner {
 /// The process's pool, shared by every node copy.
 static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(|| Mutex::new(Interner::new()));
 
-fn intern(s: String) -> Arc<str> {
+fn intern(s: String) -> Interned {
     INTERNER.lock().intern(s)
 }
 
@@ -403,7 +423,7 @@ mod tests {
             None
         );
         assert_eq!(cached.provider_id(), Some("fake://n1"));
-        assert_eq!(cached.pod_cidrs, vec!["10.244.1.0/24".to_string()]);
+        assert_eq!(*cached.pod_cidrs, ["10.244.1.0/24".to_string()]);
         assert!(cached.has_taint("dedicated"));
         assert!(!cached.has_taint("other"));
         assert_eq!(cached.addresses.len(), 1);
@@ -485,7 +505,7 @@ mod tests {
         );
         let key_a = &a.0[2].0;
         let key_b = &b.0[0].0;
-        assert!(Arc::ptr_eq(key_a, key_b), "one copy of a repeated key");
+        assert!(Arc::ptr_eq(&key_a.0, &key_b.0), "one copy of a repeated key");
         assert!(StringMap::default().to_btree_map().is_none());
         assert_eq!(
             b.to_btree_map().unwrap()["topology.kubernetes.io/zone"],
@@ -503,7 +523,7 @@ mod tests {
         assert_eq!(pool.strings.len(), INTERNER_MIN_PRUNE);
         let again = pool.intern("kept".to_string());
         assert!(
-            Arc::ptr_eq(&kept, &again),
+            Arc::ptr_eq(&kept.0, &again.0),
             "a held string is found, not copied"
         );
         pool.intern("new".to_string());

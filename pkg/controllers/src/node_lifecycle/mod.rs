@@ -331,7 +331,7 @@ impl CloudNodeLifecycleController {
 
     async fn add_shutdown_taints(&self, nodes: &[Arc<CachedNode>]) -> usize {
         let writes = nodes.iter().cloned().map(|node| async move {
-            let mut all = node.taints.clone();
+            let mut all = node.taints.to_vec();
             all.push(Taint {
                 key: TAINT_SHUTDOWN.to_string(),
                 effect: SHUTDOWN_EFFECT.to_string(),

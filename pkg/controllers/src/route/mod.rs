@@ -214,7 +214,7 @@ struct NodeRouteView {
 impl NodeRouteView {
     fn of(node: &CachedNode) -> Self {
         NodeRouteView {
-            pod_cidrs: node.pod_cidrs.clone(),
+            pod_cidrs: node.pod_cidrs.to_vec(),
             addresses: node.addresses.clone(),
         }
     }

@@ -83,7 +83,7 @@ impl NodeRouting {
         NodeRouting {
             name: node.name().to_string(),
             uid: node.uid().unwrap_or_default().to_string(),
-            pod_cidrs: node.pod_cidrs.clone(),
+            pod_cidrs: node.pod_cidrs.to_vec(),
             addresses: node.addresses.clone(),
         }
     }
