@@ -505,7 +505,10 @@ mod tests {
         );
         let key_a = &a.0[2].0;
         let key_b = &b.0[0].0;
-        assert!(Arc::ptr_eq(&key_a.0, &key_b.0), "one copy of a repeated key");
+        assert!(
+            Arc::ptr_eq(&key_a.0, &key_b.0),
+            "one copy of a repeated key"
+        );
         assert!(StringMap::default().to_btree_map().is_none());
         assert_eq!(
             b.to_btree_map().unwrap()["topology.kubernetes.io/zone"],

@@ -81,21 +81,45 @@ where
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// What makes occurrences one event: the object, type, reason and action. The object's reference is
+/// held once per event, shared by the entry's key, the queue and the write.
+#[derive(Clone, Debug)]
 struct EventKey {
     type_: EventType,
-    reason: String,
-    action: String,
-    api_version: Option<String>,
-    kind: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    uid: Option<String>,
+    reason: Box<str>,
+    action: Box<str>,
+    regarding: Arc<ObjectReference>,
+}
+
+impl EventKey {
+    /// The fields that tell events apart (the reference's kind, apiVersion, namespace, name and uid).
+    fn identity(&self) -> (EventType, &str, &str, [&Option<String>; 5]) {
+        let r = &*self.regarding;
+        (
+            self.type_,
+            &self.reason,
+            &self.action,
+            [&r.api_version, &r.kind, &r.namespace, &r.name, &r.uid],
+        )
+    }
+}
+
+impl PartialEq for EventKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for EventKey {}
+
+impl std::hash::Hash for EventKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
 }
 
 #[derive(Debug)]
 struct Entry {
-    regarding: ObjectReference,
     note: String,
     /// Occurrences observed so far.
     count: u32,
@@ -212,13 +236,9 @@ impl EventRecorder {
         let shared = &self.handle.shared;
         let key = EventKey {
             type_,
-            reason: truncate_chars(reason, MAX_FIELD_CHARS),
-            action: truncate_chars(action, MAX_FIELD_CHARS),
-            api_version: regarding.api_version.clone(),
-            kind: regarding.kind.clone(),
-            namespace: regarding.namespace.clone(),
-            name: regarding.name.clone(),
-            uid: regarding.uid.clone(),
+            reason: truncate_chars(reason, MAX_FIELD_CHARS).into_boxed_str(),
+            action: truncate_chars(action, MAX_FIELD_CHARS).into_boxed_str(),
+            regarding: Arc::new(regarding.clone()),
         };
         let note = truncate_bytes(&note, MAX_NOTE_BYTES);
         let now = Timestamp::now();
@@ -266,7 +286,6 @@ impl EventRecorder {
         state.entries.insert(
             key.clone(),
             Entry {
-                regarding: regarding.clone(),
                 note,
                 count: 1,
                 first_time: now,
@@ -336,7 +355,6 @@ fn forget_expired(state: &mut State, now: Timestamp) {
 /// A write to perform, snapshotted from an entry.
 struct WriteJob {
     key: EventKey,
-    regarding: ObjectReference,
     note: String,
     count: u32,
     first_time: Timestamp,
@@ -413,7 +431,6 @@ fn take_jobs(shared: &Shared, room: usize) -> Vec<WriteJob> {
         state.in_flight += 1;
         jobs.push(WriteJob {
             key,
-            regarding: entry.regarding.clone(),
             note: entry.note.clone(),
             count: entry.count,
             first_time: entry.first_time,
@@ -463,8 +480,8 @@ fn event_body(shared: &Shared, job: &WriteJob, namespace: &str, name: &str) -> E
             namespace: Some(namespace.to_string()),
             ..ObjectMeta::default()
         },
-        involved_object: job.regarding.clone(),
-        reason: Some(job.key.reason.clone()),
+        involved_object: ObjectReference::clone(&job.key.regarding),
+        reason: Some(job.key.reason.to_string()),
         message: Some(job.note.clone()),
         type_: Some(job.key.type_.as_str().to_string()),
         source: Some(EventSource {
@@ -499,6 +516,7 @@ async fn write_event(
     job: WriteJob,
 ) -> (EventKey, WriteOutcome, u32) {
     let namespace = job
+        .key
         .regarding
         .namespace
         .clone()
@@ -523,7 +541,7 @@ async fn write_event(
             _ => {
                 let seq = shared.sequence.fetch_add(1, Ordering::Relaxed);
                 let nanos = Timestamp::now().as_nanosecond();
-                let base = job.regarding.name.as_deref().unwrap_or("unknown");
+                let base = job.key.regarding.name.as_deref().unwrap_or("unknown");
                 let name = format!("{base}.{:x}", (nanos as u128).wrapping_add(seq as u128));
                 let body = event_body(&shared, &job, &namespace, &name);
                 api.create(&identity::post_params(), &body)
@@ -563,7 +581,7 @@ async fn write_event(
     tracing::warn!(
         controller = %shared.reporting_controller,
         reason = %job.key.reason,
-        object = ?job.regarding.name,
+        object = ?job.key.regarding.name,
         occurrences = job.count,
         error = %last_error,
         "could not write event"
@@ -594,11 +612,10 @@ mod tests {
                 type_: EventType::Normal,
                 reason: "Synced".into(),
                 action: "Sync".into(),
-                api_version: None,
-                kind: None,
-                namespace: None,
-                name: Some(format!("n{i}")),
-                uid: None,
+                regarding: Arc::new(ObjectReference {
+                    name: Some(format!("n{i}")),
+                    ..ObjectReference::default()
+                }),
             };
             let t = now
                 .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i))
@@ -606,7 +623,6 @@ mod tests {
             state.entries.insert(
                 key,
                 Entry {
-                    regarding: ObjectReference::default(),
                     note: String::new(),
                     count: 1,
                     first_time: t,
@@ -625,7 +641,7 @@ mod tests {
             .entries
             .iter()
             .filter(|(_, e)| !e.dirty)
-            .map(|(k, _)| k.name.clone().unwrap())
+            .map(|(k, _)| k.regarding.name.clone().unwrap())
             .collect();
         assert_eq!(kept.len(), 2);
         assert!(kept.contains(&"n7".to_string()) && kept.contains(&"n9".to_string()));
