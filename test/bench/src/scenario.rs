@@ -881,7 +881,10 @@ fn completion_figures(
             _ => Duration::ZERO,
         };
         let limits = (scenario.qps, scenario.burst);
-        notes.push(write_floor_note(completions.len(), limits, arrival, wall));
+        // A node whose cloud addresses differ from its own costs a second write (its addresses).
+        let writes_per_node = if scenario.cloud_adds_addresses { 2 } else { 1 };
+        let writes = completions.len() * writes_per_node;
+        notes.push(write_floor_note(writes, limits, arrival, wall));
     }
     if tracker.watch_errors() > 0 {
         notes.push(format!(
