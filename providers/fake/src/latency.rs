@@ -14,9 +14,9 @@ use tokio::sync::oneshot;
 /// Waits `latency`: to within tens of microseconds when `precise` (and the waking thread could be
 /// started), else on the runtime's timer.
 pub(crate) async fn wait(latency: Duration, precise: bool) {
-    let (wake, woken) = oneshot::channel();
-    match if precise { waker() } else { None } {
+    match precise.then(waker).flatten() {
         Some(waker) => {
+            let (wake, woken) = oneshot::channel();
             waker.schedule(Instant::now() + latency, wake);
             // The waker never drops a waiter before its deadline.
             let _ = woken.await;
