@@ -418,11 +418,15 @@ fn take_jobs(shared: &Shared, room: usize) -> Vec<WriteJob> {
     let mut state = shared.state.lock();
     let state = &mut *state;
     while jobs.len() < room {
-        let Some(key) = state.queue.pop_front() else {
+        let Some(queued) = state.queue.pop_front() else {
             break;
         };
-        let Some(entry) = state.entries.get_mut(&key) else {
+        // The event's own key: the object reference of its first occurrence, which the write names.
+        let Some(key) = state.entries.get_key_value(&queued).map(|(k, _)| k.clone()) else {
             state.pending = state.pending.saturating_sub(1);
+            continue;
+        };
+        let Some(entry) = state.entries.get_mut(&key) else {
             continue;
         };
         entry.dirty = false;
