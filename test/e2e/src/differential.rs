@@ -339,8 +339,7 @@ pub async fn snapshot(client: &Client) -> Result<Snapshot, HarnessError> {
         .await
         .map_err(kube("listing events"))?
     {
-        let component = event.source.as_ref().and_then(|s| s.component.as_deref());
-        if component.is_some_and(|c| CONTROL_PLANE_COMPONENTS.contains(&c)) {
+        if CONTROL_PLANE_COMPONENTS.contains(&event_component(&event)) {
             continue;
         }
         *snapshot.events.entry(event_key(&event)).or_default() +=
@@ -388,12 +387,7 @@ const CONTROL_PLANE_COMPONENTS: &[&str] = &[
 /// timestamps are the implementation's own).
 pub fn event_key(event: &Event) -> String {
     let object = &event.involved_object;
-    let component = event
-        .reporting_component
-        .clone()
-        .filter(|c| !c.is_empty())
-        .or_else(|| event.source.as_ref().and_then(|s| s.component.clone()))
-        .unwrap_or_default();
+    let component = event_component(event);
     format!(
         "{} {} {}/{}/{} {}",
         event.type_.as_deref().unwrap_or(""),
@@ -403,6 +397,17 @@ pub fn event_key(event: &Event) -> String {
         object.name.as_deref().unwrap_or(""),
         component
     )
+}
+
+/// The component that reported an Event: its `reportingComponent` (set by events written through the
+/// `events.k8s.io` API, such as the API server's repair loops), else its `source.component`.
+fn event_component(event: &Event) -> &str {
+    event
+        .reporting_component
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .or_else(|| event.source.as_ref().and_then(|s| s.component.as_deref()))
+        .unwrap_or_default()
 }
 
 /// Drops what the API server assigns to every object.
@@ -607,5 +612,22 @@ mod tests {
         assert_eq!(differences.len(), 2, "{differences:?}");
         assert!(differences[0].contains("exists after upstream, not after ours"));
         assert!(differences[1].contains("upstream 1 occurrence(s), ours 0"));
+    }
+
+    #[test]
+    fn the_reporting_component_names_an_event_before_its_source() {
+        let mut event = Event {
+            reporting_component: Some("ipallocator-repair-controller".into()),
+            ..Event::default()
+        };
+        assert_eq!(event_component(&event), "ipallocator-repair-controller");
+        assert!(CONTROL_PLANE_COMPONENTS.contains(&event_component(&event)));
+        event.reporting_component = Some(String::new());
+        event.source = Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some("service-controller".into()),
+            host: None,
+        });
+        assert_eq!(event_component(&event), "service-controller");
+        assert!(event_key(&event).ends_with(" service-controller"));
     }
 }
