@@ -421,3 +421,60 @@ fn a_dry_run_with_a_bad_cloud_config_or_no_api_server_fails_fast() {
     );
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+/// A controller that cannot start (the route controller without `--cluster-cidr`) fails the dry run with
+/// exit code 1 and its reason, and the other controllers still make their pass and report what they found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_cannot_start_fails_the_dry_run_and_the_others_still_report() {
+    let server = TestApiServer::start().await.unwrap();
+    let client = server.client().unwrap();
+    seed(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = cloud_config(dir.path(), free_port());
+    let args: Vec<String> = flags(&server, &config)
+        .into_iter()
+        .filter(|flag| !flag.starts_with("--cluster-cidr="))
+        .collect();
+    let out = Command::new(BINARY)
+        .args(&args)
+        .args(["--dry-run", "--dry-run-output=table"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.starts_with("dry run: 6 objects: 0 in sync, 5 would change, 1 with errors"),
+        "{stdout}"
+    );
+    let failure = stdout
+        .lines()
+        .find(|line| line.starts_with("(not about one object)"))
+        .unwrap_or_else(|| panic!("no failure row:\n{stdout}"));
+    assert!(
+        failure.contains("error: node-route-controller: ")
+            && failure.contains("--cluster-cidr is empty"),
+        "{failure}"
+    );
+    for object in [
+        "node/n1",
+        "node/n2",
+        "node/gone",
+        "service/default/web",
+        "persistentvolume/pv1",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(object) && l.contains("would change")),
+            "{object} is not reported:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("route/"), "{stdout}");
+}

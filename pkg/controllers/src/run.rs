@@ -108,7 +108,16 @@ fn build_runners(
             tracing::info!(controller = %name, %reason, "not starting controller");
             continue;
         }
-        (descriptor.precondition)(ctx)?;
+        if let Err(err) = (descriptor.precondition)(ctx) {
+            // A dry run reports the controller that cannot start and still makes the others' pass;
+            // the daemon stops at start-up.
+            let Some(log) = &ctx.config.dry_run else {
+                return Err(err);
+            };
+            tracing::error!(controller = %name, error = %err, "controller cannot start");
+            log.record_failure(descriptor.health_check(), None, err.to_string());
+            continue;
+        }
         runners.push((
             descriptor.health_check(),
             descriptor.metrics_name,
