@@ -18,6 +18,7 @@ import (
 	"k8s.io/cloud-provider/options"
 	"k8s.io/component-base/cli"
 	cliflag "k8s.io/component-base/cli/flag"
+	_ "k8s.io/component-base/logs/json/register"          // the JSON log format, as in upstream's sample
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as in upstream's sample
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/klog/v2"
@@ -30,6 +31,7 @@ func main() {
 	}
 	command := app.NewCloudControllerManagerCommand(ccmOptions, initializeCloud, app.DefaultInitFuncConstructors,
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
+	printFlagSetIfAsked(command)
 	os.Exit(cli.Run(command))
 }
 

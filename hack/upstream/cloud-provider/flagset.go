@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"sort"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+)
+
+// flagSetVariable names the environment variable that makes the command print its flag set instead of
+// running: the Rust daemon's flag-set test compares its own flags with it.
+const flagSetVariable = "UPSTREAM_CCM_PRINT_FLAG_SET"
+
+// flagDescription is one flag of the command as pflag knows it, hidden and deprecated ones included.
+type flagDescription struct {
+	Name       string `json:"name"`
+	Shorthand  string `json:"shorthand,omitempty"`
+	Type       string `json:"type"`
+	Default    string `json:"default"`
+	Hidden     bool   `json:"hidden,omitempty"`
+	Deprecated string `json:"deprecated,omitempty"`
+}
+
+// gateDescription is one feature gate of --feature-gates.
+type gateDescription struct {
+	Name          string `json:"name"`
+	Default       bool   `json:"default"`
+	PreRelease    string `json:"preRelease"`
+	LockToDefault bool   `json:"lockToDefault,omitempty"`
+}
+
+// printFlagSetIfAsked prints the command's flags and feature gates as one JSON document on stdout and
+// exits when flagSetVariable is set.
+func printFlagSetIfAsked(command *cobra.Command) {
+	if os.Getenv(flagSetVariable) == "" {
+		return
+	}
+	var flags []flagDescription
+	command.Flags().VisitAll(func(f *pflag.Flag) {
+		flags = append(flags, flagDescription{
+			Name: f.Name, Shorthand: f.Shorthand, Type: f.Value.Type(), Default: f.DefValue,
+			Hidden: f.Hidden, Deprecated: f.Deprecated,
+		})
+	})
+	var gates []gateDescription
+	for name, spec := range utilfeature.DefaultMutableFeatureGate.GetAll() {
+		gates = append(gates, gateDescription{
+			Name: string(name), Default: spec.Default, PreRelease: string(spec.PreRelease),
+			LockToDefault: spec.LockToDefault,
+		})
+	}
+	sort.Slice(gates, func(i, j int) bool { return gates[i].Name < gates[j].Name })
+	encoder := json.NewEncoder(os.Stdout)
+	encoder.SetIndent("", "  ")
+	if err := encoder.Encode(map[string]any{"flags": flags, "featureGates": gates}); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
