@@ -368,7 +368,7 @@ fn bad_flags_exit_2_with_their_messages() {
     }
     // clap's own errors are usage errors too.
     for args in [
-        &["--cloud-provider=fake", "--v=11"][..],
+        &["--cloud-provider=fake", "--v=-1"][..],
         &["--cloud-provider=fake", "--node-monitor-period=5"],
         &["--cloud-provider=fake", "--log-format=xml"],
         &["--no-such-flag"],
@@ -547,6 +547,115 @@ async fn losing_the_lease_exits_1() {
         daemon
             .log()
             .contains("leader election lost: failed to renew lease kube-system/cloud-controller-manager within the renew deadline (2s)"),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// Leader migration: the controllers a LeaderMigrationConfiguration names for this component run only
+/// while the daemon also holds the migration Lease; those named for kube-controller-manager never run here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_migration_runs_the_migrated_controllers_under_the_second_lease() {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    let server = apiserver().await;
+    let leases: Api<Lease> = Api::namespaced(server.client().unwrap(), "kube-system");
+    // kube-controller-manager holds the migration Lease for now.
+    leases
+        .create(
+            &Default::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("cloud-migration".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("kube-controller-manager-1_abc".into()),
+                    lease_duration_seconds: Some(3600),
+                    renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+                    ..LeaseSpec::default()
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("migration.yaml");
+    std::fs::write(
+        &config,
+        concat!(
+            "apiVersion: controllermanager.config.k8s.io/v1\n",
+            "kind: LeaderMigrationConfiguration\n",
+            "leaderName: cloud-migration\n",
+            "controllerLeaders:\n",
+            "- name: service-lb-controller\n",
+            "  component: '*'\n",
+            "- name: cloud-node-lifecycle-controller\n",
+            "  component: kube-controller-manager\n",
+        ),
+    )
+    .unwrap();
+    let migration_flag = format!("--leader-migration-config={}", config.display());
+    let mut args = ELECTION.to_vec();
+    args.extend(["--enable-leader-migration", migration_flag.as_str()]);
+    let daemon = Daemon::spawn(&server, dir.path(), "ccm", &args);
+    daemon.wait_serving().await;
+    let (holder, _) = wait_for_new_holder(&server, None, Duration::from_secs(15)).await;
+    let checks = |daemon: &Daemon| {
+        let daemon = daemon.url();
+        async move {
+            let client = endpoint_client(&daemon, None);
+            let request = http::Request::get("/healthz?verbose")
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let response = client.send(request).await.unwrap();
+            String::from_utf8_lossy(&response.into_body().collect_bytes().await.unwrap())
+                .into_owned()
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !checks(&daemon)
+        .await
+        .contains("[+]cloud-node-controller ok")
+    {
+        assert!(Instant::now() < deadline, "log:\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = checks(&daemon).await;
+    assert!(!before.contains("service-lb-controller"), "{before}");
+    assert!(
+        !before.contains("cloud-node-lifecycle-controller"),
+        "{before}"
+    );
+    // kube-controller-manager hands the migration Lease over.
+    leases
+        .delete("cloud-migration", &Default::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !checks(&daemon)
+        .await
+        .contains("[+]service-lb-controller ok")
+    {
+        assert!(Instant::now() < deadline, "log:\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let migration = leases.get("cloud-migration").await.unwrap();
+    assert_eq!(
+        migration.spec.unwrap().holder_identity.as_deref(),
+        Some(holder.as_str()),
+        "the same identity holds both Leases"
+    );
+    let after = checks(&daemon).await;
+    assert!(
+        !after.contains("cloud-node-lifecycle-controller"),
+        "{after}"
+    );
+    assert!(
+        daemon
+            .log()
+            .contains("leader migration: starting migrated controllers"),
         "{}",
         daemon.log()
     );

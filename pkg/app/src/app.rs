@@ -18,6 +18,7 @@ use cloud_provider::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::build_info::BuildInfo;
 use crate::client::{
     AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits,
     SharedConnections, build_client, events_limits, load_config,
@@ -25,16 +26,21 @@ use crate::client::{
 use crate::controllers_flag::SelectedControllers;
 use crate::dry_run::DryRunReport;
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, RenewOutcome};
+use crate::leader_migration::{LeaderMigrationConfig, Placement};
 use crate::rest_client_metrics::RestClientMetrics;
 use crate::service_accounts::{
     ControllerCredentials, CredentialsError, NAMESPACE, TOKEN_LIFETIME, TokenRequestIssuer,
 };
-use crate::serving::auth::{Authorizer, DelegatedAuth, TokenAuthenticator, lookup_client_ca};
+use crate::serving::auth::{
+    Authorizer, ClusterAuthentication, DelegatedAuth, LookupError, TokenAuthenticator,
+    lookup_cluster_authentication,
+};
+use crate::serving::certificates::{CaSource, CertSource, ServerTls, TlsMaterial};
 use crate::serving::health::HealthChecks;
 use crate::serving::process_metrics::ProcessCollector;
 use crate::serving::tls::{self, TlsError};
-use crate::serving::{self, ServeError, ServingState};
-use crate::validation::{AppConfig, ServingSettings};
+use crate::serving::{self, ServeError, ServingState, profiles};
+use crate::validation::{AppConfig, AuthenticationSettings, CertChoice, ServingSettings};
 
 /// How long the API server may stay unreachable after leadership is won before the daemon gives up.
 pub const API_SERVER_WAIT: Duration = Duration::from_secs(60);
@@ -66,6 +72,13 @@ pub enum AppError {
     /// The serving socket.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// The cluster's authentication settings could not be read (`--authentication-tolerate-lookup-failure`
+    /// makes this a warning).
+    #[error(
+        "unable to load configmap based request-header-client-ca-file: {0} (pass \
+         --authentication-tolerate-lookup-failure to start anyway)"
+    )]
+    AuthenticationLookup(#[source] LookupError),
     /// Signal handlers could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(#[source] std::io::Error),
@@ -198,6 +211,45 @@ impl ControllerSet {
         })
     }
 
+    /// Leader migration: the controllers that stay under the main Lease and those that run under the
+    /// migration Lease; those the configuration gives another component are dropped (logged).
+    fn split_for_migration(self, migration: &LeaderMigrationConfig) -> (Self, Self) {
+        let mut main = ControllerSet {
+            standard: Vec::new(),
+            provider: Vec::new(),
+        };
+        let mut migrated = ControllerSet {
+            standard: Vec::new(),
+            provider: Vec::new(),
+        };
+        let placed = |name: &str| {
+            let placement = migration.placement(name);
+            if placement == Placement::Elsewhere {
+                tracing::info!(
+                    controller = name,
+                    "leader migration: the configuration gives this controller to another component; not \
+                     starting it"
+                );
+            }
+            placement
+        };
+        for controller in self.standard {
+            match placed(controller.canonical()) {
+                Placement::Main => main.standard.push(controller),
+                Placement::Migrated => migrated.standard.push(controller),
+                Placement::Elsewhere => {}
+            }
+        }
+        for controller in self.provider {
+            match placed(controller.info().name) {
+                Placement::Main => main.provider.push(controller),
+                Placement::Migrated => migrated.provider.push(controller),
+                Placement::Elsewhere => {}
+            }
+        }
+        (main, migrated)
+    }
+
     /// The canonical names of all of them.
     fn names(&self) -> Vec<&'static str> {
         self.standard
@@ -316,24 +368,50 @@ pub async fn run_until(
         Some(le) => LeaderStatus::new(&le.name, le.lease_duration.get() + LEADER_HEALTH_TOLERANCE),
         None => LeaderStatus::disabled(),
     };
-    let (metrics_registry, controller_metrics) = metrics_registry(&leader_status, cloud.as_ref());
+    let (metrics_registry, controller_metrics) =
+        metrics_registry(&leader_status, cloud.as_ref(), &config.build_info);
     let health = HealthRegistry::default();
 
     // Serving.
     let serving_stop = CancellationToken::new();
     let _serving_guard = serving_stop.clone().drop_guard();
     if let Some(settings) = &config.serving {
+        if settings.profiling {
+            profiles::start_heap_sampling().await;
+        }
         let state = ServingState {
-            health: HealthChecks {
-                controllers: health.clone(),
-                leader: leader_status.clone(),
-            },
+            health: HealthChecks::new(health.clone(), leader_status.clone()),
             metrics: Arc::new(metrics_registry),
             auth: None,
+            configz: config.configz.clone(),
         };
         start_serving(settings, &kube_config, state, serving_stop.clone()).await?;
     }
 
+    // Leader migration: part of the controllers run under a second Lease.
+    let (controllers, migration) = match config
+        .leader_election
+        .as_ref()
+        .and_then(|le| le.migration.as_ref().map(|m| (le, m)))
+    {
+        Some((le, migration)) => {
+            let (main, migrated) = controllers.split_for_migration(migration);
+            tracing::info!(
+                lease = %migration.leader_name,
+                main = ?main.names(),
+                migrated = ?migrated.names(),
+                "leader migration is enabled"
+            );
+            let election = MigrationElection {
+                kube_config: kube_config.clone(),
+                config: le.elector_config_for(&migration.leader_name, &identity),
+                status: leader_status.sibling(&migration.leader_name),
+                controllers: migrated,
+            };
+            (main, Some(election))
+        }
+        None => (controllers, None),
+    };
     let leadership = Leadership {
         context: ControllerContext {
             client: client.clone(),
@@ -348,6 +426,7 @@ pub async fn run_until(
         cloud,
         controllers,
         service_accounts,
+        migration,
     };
     match &config.leader_election {
         None => run_without_election(leadership, shutdown).await,
@@ -362,13 +441,15 @@ pub async fn run_until(
     }
 }
 
-/// The process' metrics: the process itself, leader election, the API clients, the controllers (whose
-/// handle is returned) and the provider.
+/// The process' metrics: the build, the process itself, leader election, the API clients, the
+/// controllers (whose handle is returned) and the provider.
 fn metrics_registry(
     leader_status: &LeaderStatus,
     cloud: &dyn CloudProvider,
+    build_info: &BuildInfo,
 ) -> (prometheus_client::registry::Registry, ControllerMetrics) {
     let mut metrics_registry = prometheus_client::registry::Registry::default();
+    build_info.register(&mut metrics_registry);
     metrics_registry.register_collector(Box::new(ProcessCollector));
     leader_status.register_metrics(&mut metrics_registry);
     RestClientMetrics::global().register(&mut metrics_registry);
@@ -548,6 +629,72 @@ struct Leadership {
     controllers: ControllerSet,
     /// `--use-service-account-credentials`: what the controllers' own clients are made from.
     service_accounts: Option<ServiceAccountSettings>,
+    /// Leader migration: the controllers that run under the migration Lease.
+    migration: Option<MigrationElection>,
+}
+
+/// The migration Lease of leader migration and the controllers that run while it is held.
+struct MigrationElection {
+    /// The daemon's client configuration (the elector gets a client and budget of its own).
+    kube_config: kube::Config,
+    /// The migration Lease, with the main election's namespace and timings.
+    config: LeaderElectionConfig,
+    /// Reports this Lease in `leader_election_master_status`.
+    status: LeaderStatus,
+    /// The controllers it runs.
+    controllers: ControllerSet,
+}
+
+impl MigrationElection {
+    /// Acquires the migration Lease (once the main one is held, as upstream), then runs its controllers
+    /// until `stop` (the Lease is then released) or until the Lease is lost (an error at once).
+    async fn run(
+        self,
+        context: ControllerContext,
+        stop: CancellationToken,
+    ) -> Result<(), AppError> {
+        let client = build_client(
+            self.kube_config,
+            LEADER_ELECTION_LIMITS,
+            identity::LEADER_ELECTION_CLIENT,
+        )?;
+        let mut elector = LeaderElector::new(client, self.config, self.status);
+        if !elector.acquire(&stop).await {
+            return Ok(());
+        }
+        tracing::info!(controllers = ?self.controllers.names(), "leader migration: starting migrated controllers");
+        let renew_stop = CancellationToken::new();
+        let mut renew = {
+            let renew_stop = renew_stop.clone();
+            tokio::spawn(async move {
+                let outcome = elector.renew_until_lost(&renew_stop).await;
+                (elector, outcome)
+            })
+        };
+        let running = run_with_provider_controllers(
+            context,
+            &self.controllers.standard,
+            self.controllers.provider,
+            stop,
+        );
+        tokio::pin!(running);
+        tokio::select! {
+            renewed = &mut renew => Err(migration_lost(lost(renewed))),
+            result = &mut running => {
+                renew_stop.cancel();
+                release(renew).await.map_err(migration_lost)?;
+                result.map_err(|err| AppError::Controllers(err.to_string()))
+            }
+        }
+    }
+}
+
+/// A lost migration Lease, named as such.
+fn migration_lost(err: AppError) -> AppError {
+    match err {
+        AppError::LeaseLost(reason) => AppError::LeaseLost(format!("migration lease: {reason}")),
+        other => other,
+    }
 }
 
 impl Leadership {
@@ -560,6 +707,7 @@ impl Leadership {
             mut context,
             controllers,
             service_accounts,
+            migration,
         } = self;
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -595,14 +743,32 @@ impl Leadership {
         if names.is_empty() {
             tracing::warn!("no controller is enabled; waiting for shutdown");
         }
-        let result = run_with_provider_controllers(
-            context,
+        let main = run_with_provider_controllers(
+            context.clone(),
             &controllers.standard,
             controllers.provider,
-            stop,
-        )
-        .await
-        .map_err(|err| AppError::Controllers(err.to_string()));
+            stop.clone(),
+        );
+        let result = match migration {
+            None => main
+                .await
+                .map_err(|err| AppError::Controllers(err.to_string())),
+            Some(migration) => {
+                let migrated = migration.run(context, stop);
+                tokio::pin!(main, migrated);
+                // A lost migration Lease ends everything at once; otherwise both parts stop with `stop`.
+                tokio::select! {
+                    result = &mut migrated => match result {
+                        Err(err) => Err(err),
+                        Ok(()) => main.await.map_err(|err| AppError::Controllers(err.to_string())),
+                    },
+                    result = &mut main => {
+                        let main = result.map_err(|err| AppError::Controllers(err.to_string()));
+                        migrated.await.and(main)
+                    }
+                }
+            }
+        };
         if let Some(credentials) = credentials {
             credentials.stop().await;
         }
@@ -637,63 +803,135 @@ async fn start_serving(
     mut state: ServingState,
     stop: CancellationToken,
 ) -> Result<(), AppError> {
-    let cert = match &settings.cert_and_key {
-        Some((cert, key)) => tls::load_cert_and_key(cert, key)?,
-        None => {
-            tracing::info!(
-                "no --tls-cert-file given; serving with an in-memory self-signed certificate"
-            );
-            tls::self_signed(settings.address.ip())?
-        }
-    };
-    let authn_config = match &settings.authentication_kubeconfig {
+    let authn = &settings.authentication;
+    let authn_config = match &authn.kubeconfig {
         Some(path) => load_config(Some(path), None).await?,
         None => kube_config.clone(),
     };
-    let authz_config = match &settings.authorization_kubeconfig {
+    let authz_config = match &settings.authorization.kubeconfig {
         Some(path) => load_config(Some(path), None).await?,
         None => kube_config.clone(),
     };
     let authn_client = build_client(authn_config, AUTH_LIMITS, identity::DAEMON_CLIENT)?;
     let authz_client = build_client(authz_config, AUTH_LIMITS, identity::DAEMON_CLIENT)?;
+    let cluster = cluster_authentication(authn, authn_client.clone()).await?;
+    let (material, request_header) = tls_material(settings, cluster)?;
+    let tls = ServerTls::new(material)?;
+    let authz = &settings.authorization;
+    state.auth = Some(DelegatedAuth {
+        authenticator: Arc::new(TokenAuthenticator::new(authn_client, authn.token_cache_ttl)),
+        authorizer: Arc::new(Authorizer::new(
+            authz_client,
+            authz.allowed_ttl,
+            authz.denied_ttl,
+        )),
+        always_allow_paths: authz.always_allow_paths.clone(),
+        request_header,
+    });
+    let listener = serving::bind(
+        settings.address,
+        settings.reuse_port,
+        settings.reuse_address,
+    )
+    .await?;
+    let address = listener.local_addr().unwrap_or(settings.address);
+    tracing::info!(%address, profiling = settings.profiling, "serving /healthz, /livez, /readyz, /metrics and /configz over HTTPS");
+    serving::spawn(
+        listener,
+        Arc::new(tls),
+        settings.max_concurrent_streams,
+        serving::router(Arc::new(state), settings.profiling),
+        stop,
+    )?;
+    Ok(())
+}
 
-    let client_ca = if settings.authentication_skip_lookup {
-        None
-    } else {
-        match lookup_client_ca(authn_client.clone()).await {
-            Ok(pem) => match tls::client_ca_roots(&pem) {
-                Ok(roots) => {
-                    tracing::info!(
-                        "client certificates signed by the cluster's client CA are accepted"
-                    );
-                    Some(roots)
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "unusable client CA; only bearer tokens are accepted");
-                    None
-                }
-            },
-            Err(err) => {
-                tracing::warn!(
-                    error = %err,
-                    "cannot look up the client CA; only bearer tokens are accepted \
-                     (use --authentication-skip-lookup to skip the lookup)"
-                );
-                None
-            }
+/// The cluster's `extension-apiserver-authentication` settings, unless `--authentication-skip-lookup`; a
+/// failed lookup stops the start-up unless `--authentication-tolerate-lookup-failure`.
+async fn cluster_authentication(
+    authn: &AuthenticationSettings,
+    client: kube::Client,
+) -> Result<Option<ClusterAuthentication>, AppError> {
+    if !authn.lookup {
+        return Ok(None);
+    }
+    match lookup_cluster_authentication(client).await {
+        Ok(found) => Ok(found),
+        Err(err) if authn.tolerate_lookup_failure => {
+            tracing::warn!(
+                error = %err,
+                "cannot look up the cluster's authentication configuration; continuing without it \
+                 (bearer tokens only), as --authentication-tolerate-lookup-failure asks"
+            );
+            Ok(None)
+        }
+        Err(err) => Err(AppError::AuthenticationLookup(err)),
+    }
+}
+
+/// The endpoint's TLS material and request-header settings: the certificate the flags choose, the client
+/// CA and request-header CA of the flags or else of the cluster.
+fn tls_material(
+    settings: &ServingSettings,
+    cluster: Option<ClusterAuthentication>,
+) -> Result<
+    (
+        TlsMaterial,
+        Option<crate::serving::auth::RequestHeaderConfig>,
+    ),
+    AppError,
+> {
+    let authn = &settings.authentication;
+    let cert = match &settings.cert {
+        CertChoice::Files { cert, key } => CertSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        CertChoice::Dir(dir) => {
+            let (cert, key) =
+                tls::cert_dir_files(dir, "cloud-controller-manager", settings.address.ip())?;
+            CertSource::Files { cert, key }
+        }
+        CertChoice::InMemory => {
+            tracing::info!("generated a self-signed serving certificate in memory");
+            CertSource::InMemory(tls::self_signed(settings.address.ip())?)
         }
     };
-    let tls_config = tls::server_config(cert, client_ca)?;
-    state.auth = Some(DelegatedAuth {
-        authenticator: Arc::new(TokenAuthenticator::new(authn_client)),
-        authorizer: Arc::new(Authorizer::new(authz_client)),
-        always_allow_paths: settings.always_allow_paths.clone(),
-    });
-    let listener = serving::bind(settings.address).await?;
-    let address = listener.local_addr().unwrap_or(settings.address);
-    tracing::info!(%address, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
-    serving::spawn(listener, tls_config, serving::router(Arc::new(state)), stop)?;
-    Ok(())
+    let cluster = cluster.unwrap_or_default();
+    let client_cas = match (&authn.client_ca_file, cluster.client_ca) {
+        (Some(file), _) => vec![CaSource::File(file.clone())],
+        (None, Some(pem)) => vec![CaSource::Pem(pem)],
+        (None, None) => Vec::new(),
+    };
+    let (proxy_cas, request_header) = match (&authn.request_header, cluster.request_header_ca) {
+        (Some((file, config)), _) => (vec![CaSource::File(file.clone())], Some(config.clone())),
+        (None, Some(pem)) => {
+            let mut config = cluster.request_header;
+            if !authn.request_header_uid {
+                config.uid_headers.clear();
+            }
+            (vec![CaSource::Pem(pem)], Some(config))
+        }
+        (None, None) => (Vec::new(), None),
+    };
+    if !client_cas.is_empty() {
+        tracing::info!("client certificates signed by the client CA are accepted");
+    }
+    if request_header.is_some() {
+        tracing::info!(
+            "proxies with certificates of the request-header CA may name callers in headers"
+        );
+    }
+    Ok((
+        TlsMaterial {
+            cert,
+            settings: settings.tls.clone(),
+            client_cas,
+            proxy_cas,
+            uid_from_certificates: authn.uid_from_certificates,
+        },
+        request_header,
+    ))
 }
 
 #[cfg(test)]

@@ -152,6 +152,23 @@ impl LeaderStatus {
         status
     }
 
+    /// A status for a second elector of this process on the Lease `lease_name` (leader migration's): its
+    /// own state, reported in the same `leader_election_master_status` family.
+    pub fn sibling(&self, lease_name: &str) -> Self {
+        let status = LeaderStatus {
+            inner: Arc::new(StatusInner {
+                enabled: AtomicBool::new(true),
+                leading: AtomicBool::new(false),
+                last_renew: Mutex::new(None),
+                tolerance: Mutex::new(*self.inner.tolerance.lock()),
+                gauge: self.inner.gauge.clone(),
+                lease_name: Mutex::new(lease_name.to_string()),
+            }),
+        };
+        status.gauge().set(0);
+        status
+    }
+
     /// A status for a daemon running without leader election (always "leading").
     pub fn disabled() -> Self {
         let status = Self::default();

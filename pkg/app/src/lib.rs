@@ -26,11 +26,15 @@
 //! `--dry-run` exits 0 when everything is in sync, 3 when something would change, 1 on errors.
 
 pub mod app;
+pub mod build_info;
 pub mod client;
+pub mod configz;
 pub mod controllers_flag;
 pub mod dry_run;
 pub mod duration;
+pub mod feature_gates;
 pub mod leader;
+pub mod leader_migration;
 pub mod logging;
 pub mod options;
 pub mod rest_client_metrics;
@@ -71,6 +75,15 @@ pub async fn run(registry: cloud_provider::Registry) -> ExitCode {
     run_with_args(registry, std::env::args_os()).await
 }
 
+/// Parses the command line as upstream's command does (flag names normalised first), with the matches
+/// (which tell the flags given from the defaults).
+fn parse_args(args: Vec<OsString>) -> Result<(Options, clap::ArgMatches), clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Options::command().try_get_matches_from(options::normalize_args(args))?;
+    let options = Options::from_arg_matches(&matches)?;
+    Ok((options, matches))
+}
+
 /// Runs the daemon with explicit arguments (the first one is the program name).
 pub async fn run_with_args<I, T>(registry: cloud_provider::Registry, args: I) -> ExitCode
 where
@@ -83,18 +96,29 @@ where
         .and_then(|arg0| std::path::Path::new(arg0).file_name())
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|| "cloud-controller-manager".to_string());
-    let options = match <Options as clap::Parser>::try_parse_from(&args) {
-        Ok(options) => options,
+    let (options, matches) = match parse_args(args) {
+        Ok(parsed) => parsed,
         Err(err) => {
             let _ = err.print();
             return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(EXIT_USAGE));
         }
     };
-    if options.version {
-        println!("{}", version_text(&program, &registry.names()));
-        return ExitCode::SUCCESS;
+    match &options.version {
+        options::values::VersionFlag::Print => {
+            println!("{}", version_text(&program, &registry.names()));
+            return ExitCode::SUCCESS;
+        }
+        options::values::VersionFlag::Raw => {
+            let info = build_info::BuildInfo::current(None);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&info).unwrap_or_default()
+            );
+            return ExitCode::SUCCESS;
+        }
+        options::values::VersionFlag::Off | options::values::VersionFlag::Report(_) => {}
     }
-    let config = match validate(&options, &registry.names()) {
+    let mut config = match validate(&options, &registry.names()) {
         Ok(config) => config,
         Err(ValidationErrors(errors)) => {
             for error in errors {
@@ -111,20 +135,27 @@ where
         eprintln!("error: {message}");
         return ExitCode::from(EXIT_USAGE);
     }
+    config.ignored_flags = options::ignored_flags_given(&matches);
     // The whole program uses rustls with ring; installing it as the process default keeps every TLS user
     // (kube's client included) on it. An error only means a default was installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    logging::init(config.verbosity, config.log_format);
-    if let Some(output) = config.dry_run {
-        return dry_run_main(config, registry, output).await;
+    let _log_guard = logging::init(&config.logging);
+    for flag in &config.ignored_flags {
+        tracing::info!(flag = %format!("--{}", flag.name), reason = flag.reason, "flag accepted and ignored");
     }
-    match run_daemon(config, registry).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            tracing::error!("{err}");
-            ExitCode::FAILURE
+    let code = if let Some(output) = config.dry_run {
+        dry_run_main(config, registry, output).await
+    } else {
+        match run_daemon(config, registry).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!("{err}");
+                ExitCode::FAILURE
+            }
         }
-    }
+    };
+    logging::flush();
+    code
 }
 
 /// A dry run with explicit arguments (the program name first; `--dry-run` is implied): the report, or why
@@ -139,7 +170,7 @@ where
 {
     let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     args.push("--dry-run".into());
-    let options = <Options as clap::Parser>::try_parse_from(&args).map_err(|e| e.to_string())?;
+    let (options, _) = parse_args(args).map_err(|e| e.to_string())?;
     let config = validate(&options, &registry.names()).map_err(|e| e.to_string())?;
     app::run_dry_run(config, registry)
         .await

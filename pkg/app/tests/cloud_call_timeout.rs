@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_app::leader::LeaderStatus;
+use ccm_app::serving::certificates::ServerTls;
 use ccm_app::serving::health::HealthChecks;
-use ccm_app::serving::{self, ServingState, tls};
+use ccm_app::serving::{self, ServingState};
 use cloud_controllers::cloud_calls::CloudCalls;
 use cloud_controllers::{
     ControllerConfig, ControllerContext, ControllerMetrics, ControllerName, HealthRegistry,
@@ -27,25 +28,22 @@ const WAIT: Duration = Duration::from_secs(15);
 /// that stops the endpoint.
 async fn serve(health: HealthRegistry) -> (String, tokio_util::sync::DropGuard) {
     let state = ServingState {
-        health: HealthChecks {
-            controllers: health,
-            leader: LeaderStatus::disabled(),
-        },
+        health: HealthChecks::new(health, LeaderStatus::disabled()),
         metrics: Arc::new(prometheus_client::registry::Registry::default()),
         auth: None,
+        configz: serde_json::Value::Null,
     };
-    let tls_config = tls::server_config(
-        tls::self_signed("127.0.0.1".parse().unwrap()).unwrap(),
-        None,
-    )
-    .unwrap();
-    let listener = serving::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let tls = ServerTls::self_signed("127.0.0.1".parse().unwrap()).unwrap();
+    let listener = serving::bind("127.0.0.1:0".parse().unwrap(), false, false)
+        .await
+        .unwrap();
     let address = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     serving::spawn(
         listener,
-        tls_config,
-        serving::router(Arc::new(state)),
+        Arc::new(tls),
+        0,
+        serving::router(Arc::new(state), false),
         stop.clone(),
     )
     .unwrap();

@@ -1,14 +1,17 @@
 //! The HTTPS endpoint with delegated authentication and authorization through the in-memory API server:
-//! health endpoints, metrics, 401/403 Status bodies, caching of reviews, and client certificates.
+//! health endpoints, metrics, 401/403 Status bodies, caching of reviews, client certificates, proxies
+//! naming callers in request headers, and the debugging handlers.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_app::leader::LeaderStatus;
-use ccm_app::serving::auth::{Authorizer, DelegatedAuth, TokenAuthenticator};
+use ccm_app::serving::auth::{Authorizer, DelegatedAuth, RequestHeaderConfig, TokenAuthenticator};
+use ccm_app::serving::certificates::{CaSource, CertSource, ServerTls, TlsMaterial};
 use ccm_app::serving::health::HealthChecks;
 use ccm_app::serving::process_metrics::ProcessCollector;
+use ccm_app::serving::tls::TlsSettings;
 use ccm_app::serving::{self, ServingState, tls};
 use cloud_controllers::HealthRegistry;
 use http::HeaderValue;
@@ -43,40 +46,62 @@ async fn apiserver() -> TestApiServer {
     server
 }
 
-async fn start_endpoint(
-    server: &TestApiServer,
-    client_ca: Option<rustls::RootCertStore>,
-) -> Endpoint {
+/// What an endpoint of a test trusts and serves beyond tokens and health.
+#[derive(Default)]
+struct Setup {
+    /// A client CA (PEM).
+    client_ca: Option<String>,
+    /// A request-header CA (PEM) and how proxies name callers.
+    proxy: Option<(String, RequestHeaderConfig)>,
+    /// `--profiling`.
+    profiling: bool,
+}
+
+async fn start_endpoint(server: &TestApiServer, setup: Setup) -> Endpoint {
     let health = HealthRegistry::default();
     let leader = LeaderStatus::disabled();
     let mut registry = prometheus_client::registry::Registry::default();
+    ccm_app::build_info::BuildInfo::current(None).register(&mut registry);
     registry.register_collector(Box::new(ProcessCollector));
     leader.register_metrics(&mut registry);
+    let ttl = Duration::from_secs(10);
     let auth = DelegatedAuth {
-        authenticator: Arc::new(TokenAuthenticator::new(server.client().unwrap())),
-        authorizer: Arc::new(Authorizer::new(server.client().unwrap())),
+        authenticator: Arc::new(TokenAuthenticator::new(server.client().unwrap(), ttl)),
+        authorizer: Arc::new(Authorizer::new(server.client().unwrap(), ttl, ttl)),
         always_allow_paths: vec!["/healthz".into(), "/readyz".into(), "/livez".into()],
+        request_header: setup.proxy.as_ref().map(|(_, config)| config.clone()),
     };
     let state = ServingState {
-        health: HealthChecks {
-            controllers: health.clone(),
-            leader,
-        },
+        health: HealthChecks::new(health.clone(), leader),
         metrics: Arc::new(registry),
         auth: Some(auth),
+        configz: serde_json::json!({"cloudcontrollermanager.config.k8s.io": {"kind": "CloudControllerManagerConfiguration"}}),
     };
-    let tls_config = tls::server_config(
-        tls::self_signed("127.0.0.1".parse().unwrap()).unwrap(),
-        client_ca,
-    )
+    let tls = ServerTls::new(TlsMaterial {
+        cert: CertSource::InMemory(tls::self_signed("127.0.0.1".parse().unwrap()).unwrap()),
+        settings: TlsSettings {
+            http2: true,
+            ..TlsSettings::default()
+        },
+        client_cas: setup.client_ca.into_iter().map(CaSource::Pem).collect(),
+        proxy_cas: setup
+            .proxy
+            .into_iter()
+            .map(|(pem, _)| CaSource::Pem(pem))
+            .collect(),
+        uid_from_certificates: true,
+    })
     .unwrap();
-    let listener = serving::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let listener = serving::bind("127.0.0.1:0".parse().unwrap(), false, false)
+        .await
+        .unwrap();
     let address = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     serving::spawn(
         listener,
-        tls_config,
-        serving::router(Arc::new(state)),
+        Arc::new(tls),
+        0,
+        serving::router(Arc::new(state), setup.profiling),
         stop.clone(),
     )
     .unwrap();
@@ -114,7 +139,7 @@ async fn get(client: &kube::Client, path: &str) -> (u16, String) {
 #[tokio::test]
 async fn health_endpoints_need_no_credentials() {
     let server = apiserver().await;
-    let endpoint = start_endpoint(&server, None).await;
+    let endpoint = start_endpoint(&server, Setup::default()).await;
     let anonymous = client(&endpoint.url, None);
 
     assert_eq!(get(&anonymous, "/healthz").await, (200, "ok".to_string()));
@@ -147,7 +172,7 @@ async fn health_endpoints_need_no_credentials() {
 #[tokio::test]
 async fn metrics_require_a_valid_token_and_permission() {
     let server = apiserver().await;
-    let endpoint = start_endpoint(&server, None).await;
+    let endpoint = start_endpoint(&server, Setup::default()).await;
 
     // No credentials: 401 with a Status body.
     let (status, body) = get(&client(&endpoint.url, None), "/metrics").await;
@@ -201,7 +226,7 @@ async fn metrics_require_a_valid_token_and_permission() {
 #[tokio::test]
 async fn reviews_are_cached() {
     let server = apiserver().await;
-    let endpoint = start_endpoint(&server, None).await;
+    let endpoint = start_endpoint(&server, Setup::default()).await;
     let controls = server.controls();
     let reader = client(&endpoint.url, Some(READER_TOKEN));
     assert_eq!(get(&reader, "/metrics").await.0, 200);
@@ -226,7 +251,7 @@ async fn reviews_are_cached() {
 #[tokio::test]
 async fn an_unreachable_authorizer_is_an_internal_error() {
     let server = apiserver().await;
-    let endpoint = start_endpoint(&server, None).await;
+    let endpoint = start_endpoint(&server, Setup::default()).await;
     server.controls().fail(
         test_apiserver::FaultRule::new(500)
             .verb("create")
@@ -292,8 +317,14 @@ async fn client_certificates_signed_by_the_client_ca_authenticate() {
         .distinguished_name
         .push(rcgen::DnType::CommonName, "client-ca");
     let ca = ca_params.clone().self_signed(&ca_key).unwrap();
-    let roots = tls::client_ca_roots(&ca.pem()).unwrap();
-    let endpoint = start_endpoint(&server, Some(roots)).await;
+    let endpoint = start_endpoint(
+        &server,
+        Setup {
+            client_ca: Some(ca.pem()),
+            ..Setup::default()
+        },
+    )
+    .await;
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
 
     let reader = certificate_client(
@@ -344,5 +375,236 @@ async fn client_certificates_signed_by_the_client_ca_authenticate() {
             .await
             .0,
         200
+    );
+}
+
+/// A CA: its PEM and an issuer for the certificates it signs.
+fn new_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params.clone().self_signed(&key).unwrap();
+    (cert.pem(), rcgen::Issuer::new(params, key))
+}
+
+/// `client` with extra request headers, as a proxy sends them.
+async fn get_with_headers(
+    client: &kube::Client,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut request = http::Request::get(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .send(request.body(kube::client::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await.unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn proxies_of_the_request_header_ca_name_callers_in_headers() {
+    let server = apiserver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy_pem, proxy_issuer) = new_ca("front-proxy-ca");
+    let (client_pem, client_issuer) = new_ca("client-ca");
+    let config = RequestHeaderConfig {
+        allowed_names: vec!["front-proxy-client".into()],
+        username_headers: vec!["x-remote-user".into()],
+        uid_headers: Vec::new(),
+        group_headers: vec!["x-remote-group".into()],
+        extra_headers_prefixes: vec!["x-remote-extra-".into()],
+    };
+    let endpoint = start_endpoint(
+        &server,
+        Setup {
+            client_ca: Some(client_pem),
+            proxy: Some((proxy_pem, config)),
+            profiling: false,
+        },
+    )
+    .await;
+    let proxy = certificate_client(
+        &endpoint.url,
+        dir.path(),
+        &proxy_issuer,
+        "front-proxy-client",
+        &[],
+    )
+    .await;
+    // The caller the proxy names is authorized, not the proxy.
+    let (status, body) = get_with_headers(
+        &proxy,
+        "/metrics",
+        &[("x-remote-user", "alice"), ("x-remote-group", "readers")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = get_with_headers(&proxy, "/metrics", &[("x-remote-user", "bob")]).await;
+    assert_eq!(status, 403);
+    assert!(body.contains("User \\\"bob\\\""), "{body}");
+    // A proxy certificate with a name not allowed is refused.
+    let other = certificate_client(&endpoint.url, dir.path(), &proxy_issuer, "intruder", &[]).await;
+    assert_eq!(
+        get_with_headers(&other, "/metrics", &[("x-remote-user", "alice")])
+            .await
+            .0,
+        401
+    );
+    // A client of the client CA cannot name someone else in headers.
+    let stranger =
+        certificate_client(&endpoint.url, dir.path(), &client_issuer, "stranger", &[]).await;
+    let (status, body) = get_with_headers(
+        &stranger,
+        "/metrics",
+        &[("x-remote-user", "alice"), ("x-remote-group", "readers")],
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert!(body.contains("User \\\"stranger\\\""), "{body}");
+}
+
+#[tokio::test]
+async fn a_member_of_system_masters_needs_no_access_review() {
+    let server = apiserver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (client_pem, client_issuer) = new_ca("client-ca");
+    let endpoint = start_endpoint(
+        &server,
+        Setup {
+            client_ca: Some(client_pem),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let admin = certificate_client(
+        &endpoint.url,
+        dir.path(),
+        &client_issuer,
+        "admin",
+        &["system:masters"],
+    )
+    .await;
+    assert_eq!(get(&admin, "/metrics").await.0, 200);
+    assert_eq!(
+        server
+            .controls()
+            .request_count("create", "subjectaccessreviews"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn configz_slis_and_the_build_information() {
+    let server = apiserver().await;
+    server
+        .controls()
+        .allow(AccessRule::group_can_path("readers", "get", "/configz"));
+    server.controls().allow(AccessRule::group_can_path(
+        "readers",
+        "get",
+        "/metrics/slis",
+    ));
+    let endpoint = start_endpoint(&server, Setup::default()).await;
+    let reader = client(&endpoint.url, Some(READER_TOKEN));
+    let (status, body) = get(&reader, "/configz").await;
+    assert_eq!(status, 200, "{body}");
+    let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        configz["cloudcontrollermanager.config.k8s.io"]["kind"],
+        "CloudControllerManagerConfiguration"
+    );
+    let (_, metrics) = get(&reader, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kubernetes_build_info{") && l.contains("compiler=\"rustc\"")),
+        "{metrics}"
+    );
+    get(&client(&endpoint.url, None), "/healthz").await;
+    let (status, slis) = get(&reader, "/metrics/slis").await;
+    assert_eq!(status, 200, "{slis}");
+    assert!(
+        slis.contains(
+            "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 1"
+        ),
+        "{slis}"
+    );
+    // Without --profiling the debugging handlers are not there.
+    assert_eq!(get(&reader, "/debug/pprof/").await.0, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiling_serves_profiles_and_the_verbosity_handler() {
+    let server = apiserver().await;
+    for path in ["/debug/pprof/*", "/debug/flags/v"] {
+        server
+            .controls()
+            .allow(AccessRule::group_can_path("readers", "get", path));
+    }
+    server.controls().allow(AccessRule::group_can_path(
+        "readers",
+        "put",
+        "/debug/flags/v",
+    ));
+    let endpoint = start_endpoint(
+        &server,
+        Setup {
+            profiling: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let reader = client(&endpoint.url, Some(READER_TOKEN));
+    let (status, index) = get(&reader, "/debug/pprof/").await;
+    assert_eq!(status, 200);
+    assert!(
+        index.contains("profile") && index.contains("heap"),
+        "{index}"
+    );
+    let request = http::Request::get("/debug/pprof/profile?seconds=1")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = reader.send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-disposition"],
+        "attachment; filename=\"profile\""
+    );
+    let profile = response.into_body().collect_bytes().await.unwrap();
+    assert!(!profile.is_empty());
+    assert_eq!(
+        get(&reader, "/debug/pprof/goroutine").await,
+        (404, "Unknown profile\n".to_string())
+    );
+    // Only PUT changes the verbosity, with a bare number.
+    assert_eq!(
+        get(&reader, "/debug/flags/v").await,
+        (406, "unsupported http method\n".to_string())
+    );
+    let put = |body: &'static str| {
+        http::Request::put("/debug/flags/v")
+            .body(kube::client::Body::from(body.as_bytes().to_vec()))
+            .unwrap()
+    };
+    let response = reader.send(put("3\n")).await.unwrap();
+    assert_eq!(response.status(), 400);
+    // No subscriber of this test process is managed by the daemon's logging: the change is refused
+    // with upstream's message form.
+    let response = reader.send(put("3")).await.unwrap();
+    let status = response.status();
+    let body =
+        String::from_utf8(response.into_body().collect_bytes().await.unwrap().to_vec()).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.starts_with("failed set klog.logging.verbosity 3: "),
+        "{body}"
     );
 }

@@ -53,6 +53,9 @@ pub struct ControllerConfig {
     /// `--cloud-call-timeout`: how long one cloud provider call of a controller may take before it is
     /// abandoned and fails (see [`crate::cloud_calls`]).
     pub cloud_call_timeout: CloudCallTimeout,
+    /// `--controller-start-interval`: after each controller that starts, the next waits a random time
+    /// between this and twice this (zero: they start together).
+    pub controller_start_interval: Duration,
     /// The controllers' own API clients (named like upstream's in their `User-Agent`; with
     /// `--use-service-account-credentials` authenticated as the controller's ServiceAccount). A controller
     /// without one uses [`ControllerContext::client`].
@@ -124,6 +127,7 @@ impl Default for ControllerConfig {
             concurrent_service_syncs: defaults::CONCURRENT_SERVICE_SYNCS,
             node_deletion_max_percent: defaults::NODE_DELETION_MAX_PERCENT,
             cloud_call_timeout: defaults::CLOUD_CALL_TIMEOUT,
+            controller_start_interval: Duration::ZERO,
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
             dry_run: None,

@@ -66,7 +66,7 @@ pub async fn run_with_provider_controllers(
     let informer_token = shutdown.child_token();
     let informer_tasks = informers.start(&informer_token);
 
-    let running = spawn_controllers(&ctx, runners, &shutdown);
+    let running = spawn_controllers(&ctx, runners, &shutdown).await;
     let first_error = running.join().await;
     // Controllers only stop on shutdown (one that failed early stays reported unhealthy until then),
     // except in a dry run, where each stops after its pass.
@@ -141,16 +141,20 @@ struct RunningControllers {
     names: HashMap<tokio::task::Id, (&'static str, HealthHandle)>,
 }
 
-/// Starts the controllers in order, registering each one's health check as it starts. A controller that
-/// fails marks its health check failed (and, in a dry run, is reported) without stopping the others.
-fn spawn_controllers(
+/// Starts the controllers in order, registering each one's health check as it starts, with
+/// `--controller-start-interval` between them. A controller that fails marks its health check failed (and,
+/// in a dry run, is reported) without stopping the others.
+async fn spawn_controllers(
     ctx: &ControllerContext,
     runners: Vec<NamedRunner>,
     shutdown: &CancellationToken,
 ) -> RunningControllers {
     let mut tasks = JoinSet::new();
     let mut names = HashMap::new();
-    for (name, metrics_name, runner) in runners {
+    for (index, (name, metrics_name, runner)) in runners.into_iter().enumerate() {
+        if index > 0 && !wait_start_interval(ctx.config.controller_start_interval, shutdown).await {
+            break;
+        }
         let health = ctx.health.register(name);
         let health_for_panics = health.clone();
         let token = shutdown.child_token();
@@ -176,6 +180,19 @@ fn spawn_controllers(
         names.insert(handle.id(), (name, health_for_panics));
     }
     RunningControllers { tasks, names }
+}
+
+/// Waits a random time between `interval` and twice `interval` (upstream's jitter of the start interval);
+/// false when `shutdown` fired meanwhile.
+async fn wait_start_interval(interval: std::time::Duration, shutdown: &CancellationToken) -> bool {
+    if interval.is_zero() {
+        return true;
+    }
+    let wait = interval.mul_f64(1.0 + rand::random::<f64>());
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+    }
 }
 
 impl RunningControllers {

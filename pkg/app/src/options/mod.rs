@@ -1,22 +1,41 @@
-//! Command-line flags of the daemon, with the upstream names, defaults and meanings.
+//! Command-line flags of the daemon: every flag of upstream's cloud-controller-manager command
+//! (k8s.io/cloud-provider with k8s.io/controller-manager, component-base and apiserver's serving options),
+//! with upstream's names, defaults and meanings, and the daemon's own (`--dry-run`, `--cloud-call-timeout`,
+//! ...).
 //!
-//! Flags are parsed with clap; values that need cross-checks (ports, counts, CIDRs, leader-election timings)
-//! are parsed permissively here and checked by [`crate::validation`], so that every bad value gets a specific
-//! message. Boolean flags follow the Go convention: `--leader-elect` means true, `--leader-elect=false`
-//! turns it off.
+//! Flags are parsed with clap, grouped as upstream's help groups them (one module per group); values that
+//! need cross-checks (ports, counts, CIDRs, leader-election timings, TLS settings, feature gates) are parsed
+//! permissively here and checked by [`crate::validation`], so that every bad value gets a specific message.
+//! Boolean flags follow the Go convention: `--leader-elect` means true, `--leader-elect=false` turns it off.
+//! Flag names are normalised as upstream's command does (`--min_resync_period` is `--min-resync-period`,
+//! see [`normalize_args`]).
+//!
+//! A flag upstream accepts that cannot mean anything here is accepted, checked like upstream checks it, and
+//! named once at start-up as ignored, with the reason ([`IGNORED_FLAGS`]).
 //!
 //! The defaults of the controllers' flags are read from [`cloud_controllers::config::defaults`], the one
 //! place they are written (the controllers' own [`ControllerConfig::default`] reads it too).
 //!
 //! [`ControllerConfig::default`]: cloud_controllers::ControllerConfig
 
-use std::path::PathBuf;
-use std::time::Duration;
+pub mod controllers;
+pub mod generic;
+pub mod leader_election;
+pub mod logging;
+pub mod serving;
+pub mod values;
+pub mod webhook;
 
-use clap::{ArgAction, Parser, ValueEnum};
-use cloud_controllers::config::defaults;
+use std::ffi::OsString;
 
-use crate::duration::parse_duration;
+use clap::{ArgAction, ArgMatches, Parser, ValueEnum};
+
+pub use self::controllers::ControllerOptions;
+pub use self::generic::GenericOptions;
+pub use self::leader_election::LeaderElectionOptions;
+pub use self::logging::{LogFormat, LoggingOptions};
+pub use self::serving::{AuthenticationOptions, AuthorizationOptions, SecureServingOptions};
+pub use self::webhook::WebhookOptions;
 
 /// The help text of a duration flag's default (e.g. `5m`), written once from the typed default.
 macro_rules! duration_default {
@@ -26,21 +45,7 @@ macro_rules! duration_default {
         TEXT.as_str()
     }};
 }
-
-/// Any text is a path; an empty value means "not given", as upstream treats it.
-fn parse_path(text: &str) -> Result<PathBuf, std::convert::Infallible> {
-    Ok(PathBuf::from(text))
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub(crate) use duration_default;
 
 /// How a dry run prints its report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -63,329 +68,37 @@ pub enum DryRunOutput {
     max_term_width = 120
 )]
 pub struct Options {
-    /// The cloud provider to use (one of the compiled-in providers; see --version).
-    #[arg(long, value_name = "NAME", help_heading = "Cloud provider")]
-    pub cloud_provider: Option<String>,
+    /// Cloud provider, API client and the settings every controller shares.
+    #[command(flatten)]
+    pub generic: GenericOptions,
 
-    /// Path to the cloud provider's configuration file. Empty for no configuration file.
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Cloud provider")]
-    pub cloud_config: Option<PathBuf>,
+    /// The controllers' own settings.
+    #[command(flatten)]
+    pub controllers: ControllerOptions,
 
-    /// Allow the provider to run without a cluster ID (resources of several clusters cannot be told apart).
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value = "false",
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Cloud provider"
-    )]
-    pub allow_untagged_cloud: bool,
+    /// Leader election and leader migration.
+    #[command(flatten)]
+    pub leader_election: LeaderElectionOptions,
 
-    /// Path to a kubeconfig file with authorization and API server location. Without it (and without
-    /// --master) the KUBECONFIG environment variable, ~/.kube/config and then the in-cluster service account
-    /// are tried.
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Kubernetes API")]
-    pub kubeconfig: Option<PathBuf>,
+    /// The HTTPS endpoint: address, TLS and the debugging handlers.
+    #[command(flatten)]
+    pub serving: SecureServingOptions,
 
-    /// The address of the Kubernetes API server (overrides any value in the kubeconfig).
-    #[arg(long, value_name = "URL", help_heading = "Kubernetes API")]
-    pub master: Option<String>,
+    /// Who the endpoint's callers are.
+    #[command(flatten)]
+    pub authentication: AuthenticationOptions,
 
-    /// Sustained queries per second to the API server (token-bucket rate; events have their own budget).
-    #[arg(
-        long,
-        value_name = "QPS",
-        default_value_t = 20.0,
-        help_heading = "Kubernetes API"
-    )]
-    pub kube_api_qps: f64,
+    /// What the endpoint's callers may do.
+    #[command(flatten)]
+    pub authorization: AuthorizationOptions,
 
-    /// Burst of queries to the API server above the sustained rate.
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 30,
-        help_heading = "Kubernetes API"
-    )]
-    pub kube_api_burst: i64,
+    /// Cloud provider webhooks and their endpoint.
+    #[command(flatten)]
+    pub webhook: WebhookOptions,
 
-    /// Give every controller an API client of its own that authenticates as the controller's ServiceAccount
-    /// in kube-system (named after the controller, e.g. cloud-node-controller), with tokens from the
-    /// TokenRequest API refreshed before they expire. Watches and events keep this process' credentials.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value = "false",
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Kubernetes API"
-    )]
-    pub use_service_account_credentials: bool,
-
-    /// Controllers to enable: `*` enables all, `name` enables one, `-name` disables one; first match wins.
-    /// Names: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller (cloud-node-lifecycle),
-    /// service-lb-controller (service), node-route-controller (route), pv-label-controller (pv-label).
-    #[arg(
-        long,
-        value_name = "NAMES",
-        value_delimiter = ',',
-        default_value = "*",
-        help_heading = "Controllers"
-    )]
-    pub controllers: Vec<String>,
-
-    /// The instance prefix for the cluster (used in cloud resource names).
-    #[arg(
-        long,
-        value_name = "NAME",
-        default_value = defaults::CLUSTER_NAME,
-        help_heading = "Controllers"
-    )]
-    pub cluster_name: String,
-
-    /// CIDR range of pods in the cluster: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma.
-    #[arg(
-        long,
-        value_name = "CIDRS",
-        default_value = "",
-        help_heading = "Controllers"
-    )]
-    pub cluster_cidr: String,
-
-    /// Whether Pod CIDRs are allocated to nodes (node-route-controller runs only when this and
-    /// --configure-cloud-routes are both true).
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value_t = defaults::ALLOCATE_NODE_CIDRS,
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Controllers"
-    )]
-    pub allocate_node_cidrs: bool,
-
-    /// Whether CIDRs allocated by --allocate-node-cidrs should be configured on the cloud provider.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value_t = defaults::CONFIGURE_CLOUD_ROUTES,
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Controllers"
-    )]
-    pub configure_cloud_routes: bool,
-
-    /// Period of the node-lifecycle pass over all nodes.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = duration_default!(defaults::NODE_MONITOR_PERIOD.get()),
-        value_parser = parse_duration,
-        help_heading = "Controllers"
-    )]
-    pub node_monitor_period: Duration,
-
-    /// How long after a Node's creation cloud-node-lifecycle-controller never deletes it because the cloud
-    /// cannot find its instance (clouds such as EC2 may not list a just-launched instance at once); 0 turns
-    /// the grace off, as upstream's default.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = duration_default!(defaults::INSTANCE_EXISTS_GRACE_PERIOD),
-        value_parser = parse_duration,
-        help_heading = "Controllers"
-    )]
-    pub instance_exists_grace_period: Duration,
-
-    /// Period of the node address sync with the cloud.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = duration_default!(defaults::NODE_STATUS_UPDATE_FREQUENCY.get()),
-        value_parser = parse_duration,
-        help_heading = "Controllers"
-    )]
-    pub node_status_update_frequency: Duration,
-
-    /// Period of the full route reconciliation.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = duration_default!(defaults::ROUTE_RECONCILIATION_PERIOD.get()),
-        value_parser = parse_duration,
-        help_heading = "Controllers"
-    )]
-    pub route_reconciliation_period: Duration,
-
-    /// How long one cloud provider call of a controller may take before it is abandoned: the object is
-    /// retried with backoff and the controller's health check fails until a call is answered again; a call
-    /// still running past it (a provider blocking its thread) also fails the check. Greater than 0, at most
-    /// 1h. The default leaves room for the providers' own limits (an AWS SDK operation may take 120s with
-    /// retries and a bulk lookup makes two; a DigitalOcean request 30s per attempt over 6 attempts);
-    /// upstream has no timeout.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = duration_default!(defaults::CLOUD_CALL_TIMEOUT.get()),
-        value_parser = parse_duration,
-        help_heading = "Controllers"
-    )]
-    pub cloud_call_timeout: Duration,
-
-    /// Number of nodes synced concurrently by cloud-node-controller (at least 1).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = defaults::CONCURRENT_NODE_SYNCS.get() as i64,
-        help_heading = "Controllers"
-    )]
-    pub concurrent_node_syncs: i64,
-
-    /// Number of services synced concurrently by service-lb-controller (at least 1).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = defaults::CONCURRENT_SERVICE_SYNCS.get() as i64,
-        help_heading = "Controllers"
-    )]
-    pub concurrent_service_syncs: i64,
-
-    /// Largest share of the nodes (in percent, 0-100) that one node-lifecycle pass may delete because the
-    /// cloud says their instances are gone; beyond it the deletions are held back and reported.
-    #[arg(
-        long,
-        value_name = "PERCENT",
-        default_value_t = i64::from(defaults::NODE_DELETION_MAX_PERCENT.get()),
-        help_heading = "Controllers"
-    )]
-    pub node_deletion_max_percent: i64,
-
-    /// Start a leader election client and gain leadership before running the controllers.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value = "true",
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Leader election"
-    )]
-    pub leader_elect: bool,
-
-    /// How long standbys wait after the last observed renewal before taking the lease over.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, help_heading = "Leader election")]
-    pub leader_elect_lease_duration: Duration,
-
-    /// How long the leader keeps trying to renew before it gives up leadership (and exits).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, help_heading = "Leader election")]
-    pub leader_elect_renew_deadline: Duration,
-
-    /// Wait between attempts to acquire or renew the lease.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, help_heading = "Leader election")]
-    pub leader_elect_retry_period: Duration,
-
-    /// Name of the Lease object used for leader election.
-    #[arg(
-        long,
-        value_name = "NAME",
-        default_value = "cloud-controller-manager",
-        help_heading = "Leader election"
-    )]
-    pub leader_elect_resource_name: String,
-
-    /// Namespace of the Lease object used for leader election.
-    #[arg(
-        long,
-        value_name = "NAMESPACE",
-        default_value = "kube-system",
-        help_heading = "Leader election"
-    )]
-    pub leader_elect_resource_namespace: String,
-
-    /// IP address to serve /healthz, /livez, /readyz and /metrics on.
-    #[arg(
-        long,
-        value_name = "IP",
-        default_value = "0.0.0.0",
-        help_heading = "Serving"
-    )]
-    pub bind_address: String,
-
-    /// HTTPS port for /healthz, /livez, /readyz and /metrics; 0 disables serving.
-    #[arg(
-        long,
-        value_name = "PORT",
-        default_value_t = 10258,
-        help_heading = "Serving"
-    )]
-    pub secure_port: i64,
-
-    /// PEM certificate (chain) for serving; without it a self-signed certificate is made in memory.
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Serving")]
-    pub tls_cert_file: Option<PathBuf>,
-
-    /// PEM private key matching --tls-cert-file.
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Serving")]
-    pub tls_private_key_file: Option<PathBuf>,
-
-    /// kubeconfig pointing at the API server that answers TokenReviews (default: the main kubeconfig).
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Serving")]
-    pub authentication_kubeconfig: Option<PathBuf>,
-
-    /// Do not look up the client CA (ConfigMap kube-system/extension-apiserver-authentication); only
-    /// bearer tokens are then accepted.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_value = "false",
-        default_missing_value = "true",
-        action = ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new(),
-        help_heading = "Serving"
-    )]
-    pub authentication_skip_lookup: bool,
-
-    /// kubeconfig pointing at the API server that answers SubjectAccessReviews (default: the main
-    /// kubeconfig).
-    #[arg(long, value_name = "PATH", value_parser = parse_path, help_heading = "Serving")]
-    pub authorization_kubeconfig: Option<PathBuf>,
-
-    /// Paths served without authentication and authorization; a trailing `*` matches a prefix.
-    #[arg(
-        long,
-        value_name = "PATHS",
-        value_delimiter = ',',
-        default_value = "/healthz,/readyz,/livez",
-        help_heading = "Serving"
-    )]
-    pub authorization_always_allow_paths: Vec<String>,
-
-    /// Log verbosity like klog: 0-2 info, 3-4 debug, 5 trace of this program, 6-7 plus client/server
-    /// debug, 8-10 trace of everything. RUST_LOG, when set, wins.
-    #[arg(short = 'v', long = "v", value_name = "N", default_value_t = 0,
-          value_parser = clap::value_parser!(u8).range(0..=10), help_heading = "Logging")]
-    pub verbosity: u8,
-
-    /// Log format.
-    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Logging")]
-    pub log_format: LogFormat,
+    /// Log format, verbosity and streams.
+    #[command(flatten)]
+    pub logging: LoggingOptions,
 
     /// Make one pass of every enabled controller over the cluster without changing anything (API writes are
     /// sent with dryRun=All, mutating cloud calls are not made), print what would change and exit: 0 when
@@ -398,15 +111,135 @@ pub struct Options {
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = DryRunOutput::Table, help_heading = "Dry run")]
     pub dry_run_output: DryRunOutput,
 
-    /// Print the version and the compiled-in cloud providers, then exit.
-    #[arg(long, action = ArgAction::SetTrue)]
-    pub version: bool,
+    /// `--version` prints the version and the compiled-in cloud providers and exits; `--version=raw` prints
+    /// the version information as JSON; `--version=vX.Y.Z` runs with that version reported (in the build
+    /// information metric and `/configz`); `--version=false` runs normally.
+    #[arg(
+        long,
+        value_name = "VERSION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = values::parse_version_flag,
+        help_heading = "Global"
+    )]
+    pub version: values::VersionFlag,
+}
+
+/// A flag upstream accepts that does nothing in this daemon, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IgnoredFlag {
+    /// The flag's name, without dashes.
+    pub name: &'static str,
+    /// Why it cannot mean anything here.
+    pub reason: &'static str,
+}
+
+/// Every upstream flag this daemon accepts and ignores, with the reason (also in the README's flag table:
+/// a test compares the two). Each is logged once at start-up when it is given.
+pub const IGNORED_FLAGS: &[IgnoredFlag] = &[
+    IgnoredFlag {
+        name: "cidr-allocator-type",
+        reason: "no controller of a cloud-controller-manager allocates pod CIDRs (upstream stores the value \
+                 and never reads it either)",
+    },
+    IgnoredFlag {
+        name: "concurrent-node-lifecycle-syncs",
+        reason: "the lifecycle pass looks instances up in bulk calls whose concurrency follows the number of \
+                 nodes, not one call per node and worker",
+    },
+    IgnoredFlag {
+        name: "concurrent-node-status-updates",
+        reason: "the address sync looks instances up in bulk calls (two at a time), not one call per node \
+                 and worker",
+    },
+    IgnoredFlag {
+        name: "contention-profiling",
+        reason: "Rust has no blocking profile like Go's; --profiling serves CPU and heap profiles",
+    },
+    IgnoredFlag {
+        name: "external-cloud-volume-plugin",
+        reason: "it is read by kube-controller-manager's volume controllers, none of which runs here \
+                 (upstream's cloud-controller-manager ignores it too)",
+    },
+    IgnoredFlag {
+        name: "kube-api-content-type",
+        reason: "the API client speaks JSON only, which every API server serves",
+    },
+    IgnoredFlag {
+        name: "min-resync-period",
+        reason: "the shared watches do not replay their caches; the controllers' periodic passes and retries \
+                 with backoff do what a resync does for upstream's controllers",
+    },
+    IgnoredFlag {
+        name: "node-sync-period",
+        reason: "deprecated upstream, where it does nothing either",
+    },
+];
+
+/// Normalises flag names as upstream's command does (component-base's word-separator normaliser): in a
+/// flag's name, `_` becomes `-`, so `--min_resync_period=1h` is `--min-resync-period=1h`. Values and
+/// positional arguments are left alone; everything after `--` too.
+pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
+    let mut done = false;
+    args.into_iter()
+        .enumerate()
+        .map(|(index, arg)| {
+            if index == 0 || done {
+                return arg;
+            }
+            let Some(text) = arg.to_str() else {
+                return arg;
+            };
+            if text == "--" {
+                done = true;
+                return arg;
+            }
+            let Some(flag) = text.strip_prefix("--") else {
+                return arg;
+            };
+            let (name, value) = match flag.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (flag, None),
+            };
+            if !name.contains('_') {
+                return arg;
+            }
+            let name = name.replace('_', "-");
+            OsString::from(match value {
+                Some(value) => format!("--{name}={value}"),
+                None => format!("--{name}"),
+            })
+        })
+        .collect()
+}
+
+/// The ignored flags (see [`IGNORED_FLAGS`]) given on the command line, each with its reason.
+pub fn ignored_flags_given(matches: &ArgMatches) -> Vec<IgnoredFlag> {
+    IGNORED_FLAGS
+        .iter()
+        .filter(|flag| given(matches, flag.name))
+        .copied()
+        .collect()
+}
+
+/// Whether the flag `name` (without dashes) was given on the command line.
+pub fn given(matches: &ArgMatches, name: &str) -> bool {
+    let id = name.replace('-', "_");
+    matches
+        .try_get_raw(&id)
+        .ok()
+        .flatten()
+        .is_some_and(|_| matches.value_source(&id) == Some(clap::parser::ValueSource::CommandLine))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::path::PathBuf;
+    use std::time::Duration;
 
     fn parse(args: &[&str]) -> Options {
         let mut all = vec!["cloud-controller-manager"];
@@ -422,66 +255,109 @@ mod tests {
     #[test]
     fn upstream_defaults() {
         let o = parse(&[]);
-        assert_eq!(o.cloud_provider, None);
-        assert_eq!(o.controllers, vec!["*"]);
-        assert_eq!(o.cluster_name, "kubernetes");
-        assert_eq!(o.cluster_cidr, "");
-        assert!(!o.allocate_node_cidrs);
-        assert!(o.configure_cloud_routes);
-        assert_eq!(o.node_monitor_period, Duration::from_secs(5));
-        assert_eq!(o.node_status_update_frequency, Duration::from_secs(300));
-        assert_eq!(o.route_reconciliation_period, Duration::from_secs(10));
-        assert_eq!(o.cloud_call_timeout, Duration::from_secs(300));
+        let g = &o.generic;
+        assert_eq!(g.cloud_provider, None);
+        assert_eq!(g.controllers, vec!["*"]);
+        assert_eq!(g.cluster_name, "kubernetes");
+        assert_eq!(g.cluster_cidr, "");
+        assert!(!g.allocate_node_cidrs);
+        assert!(g.configure_cloud_routes);
+        assert_eq!(g.kube_api_qps, 20.0);
+        assert_eq!(g.kube_api_burst, 30);
         assert_eq!(
-            o.cloud_call_timeout,
+            g.kube_api_content_type,
+            "application/vnd.kubernetes.protobuf"
+        );
+        assert_eq!(g.cidr_allocator_type, "RangeAllocator");
+        assert_eq!(g.min_resync_period, Duration::from_secs(12 * 3600));
+        assert_eq!(g.controller_start_interval, Duration::ZERO);
+        assert!(!g.allow_untagged_cloud);
+        let c = &o.controllers;
+        assert_eq!(c.node_monitor_period, Duration::from_secs(5));
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(300));
+        assert_eq!(c.route_reconciliation_period, Duration::from_secs(10));
+        assert_eq!(c.cloud_call_timeout, Duration::from_secs(300));
+        assert_eq!(
+            c.cloud_call_timeout,
             cloud_controllers::config::defaults::CLOUD_CALL_TIMEOUT.get()
         );
-        assert_eq!(o.concurrent_node_syncs, 1);
-        assert_eq!(o.concurrent_service_syncs, 1);
-        assert_eq!(o.kube_api_qps, 20.0);
-        assert_eq!(o.kube_api_burst, 30);
-        assert!(!o.allow_untagged_cloud);
-        assert!(o.leader_elect);
-        assert_eq!(o.leader_elect_lease_duration, Duration::from_secs(15));
-        assert_eq!(o.leader_elect_renew_deadline, Duration::from_secs(10));
-        assert_eq!(o.leader_elect_retry_period, Duration::from_secs(2));
-        assert_eq!(o.leader_elect_resource_name, "cloud-controller-manager");
-        assert_eq!(o.leader_elect_resource_namespace, "kube-system");
-        assert_eq!(o.bind_address, "0.0.0.0");
-        assert_eq!(o.secure_port, 10258);
+        assert_eq!(c.concurrent_node_syncs, 1);
+        assert_eq!(c.concurrent_node_status_updates, 0);
+        assert_eq!(c.concurrent_node_lifecycle_syncs, 1);
+        assert_eq!(c.concurrent_service_syncs, 1);
+        assert_eq!(c.node_deletion_max_percent, 50);
+        let le = &o.leader_election;
+        assert!(le.leader_elect);
+        assert_eq!(le.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(le.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(le.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(le.leader_elect_resource_lock, "leases");
+        assert_eq!(le.leader_elect_resource_name, "cloud-controller-manager");
+        assert_eq!(le.leader_elect_resource_namespace, "kube-system");
+        assert!(!le.enable_leader_migration);
+        let s = &o.serving;
+        assert_eq!(s.bind_address, "0.0.0.0");
+        assert_eq!(s.secure_port, 10258);
+        assert!(s.profiling);
+        assert!(!s.contention_profiling);
         assert_eq!(
-            o.authorization_always_allow_paths,
+            o.authorization.authorization_always_allow_paths,
             vec!["/healthz", "/readyz", "/livez"]
         );
-        assert!(!o.authentication_skip_lookup);
-        assert_eq!(o.node_deletion_max_percent, 50);
-        assert_eq!(o.verbosity, 0);
-        assert_eq!(o.log_format, LogFormat::Text);
-        assert!(!o.version);
+        assert_eq!(
+            o.authorization.authorization_webhook_cache_authorized_ttl,
+            Duration::from_secs(10)
+        );
+        let a = &o.authentication;
+        assert!(!a.authentication_skip_lookup);
+        assert!(!a.authentication_tolerate_lookup_failure);
+        assert_eq!(
+            a.authentication_token_webhook_cache_ttl,
+            Duration::from_secs(10)
+        );
+        assert_eq!(a.requestheader_username_headers, vec!["x-remote-user"]);
+        assert_eq!(a.requestheader_group_headers, vec!["x-remote-group"]);
+        assert_eq!(
+            a.requestheader_extra_headers_prefix,
+            vec!["x-remote-extra-"]
+        );
+        assert!(a.requestheader_uid_headers.is_empty());
+        assert_eq!(o.webhook.webhook_secure_port, 10260);
+        assert!(o.webhook.webhooks.is_empty());
+        assert_eq!(o.logging.verbosity, 0);
+        assert_eq!(o.logging.logging_format, LogFormat::Text);
+        assert_eq!(o.logging.log_flush_frequency, Duration::from_secs(5));
+        assert_eq!(o.version, values::VersionFlag::Off);
     }
 
     #[test]
     fn go_style_booleans() {
         let o = parse(&["--leader-elect=false", "--allow-untagged-cloud"]);
-        assert!(!o.leader_elect);
-        assert!(o.allow_untagged_cloud);
+        assert!(!o.leader_election.leader_elect);
+        assert!(o.generic.allow_untagged_cloud);
         let o = parse(&[
             "--configure-cloud-routes=false",
             "--allocate-node-cidrs=true",
             "--authentication-skip-lookup=1",
+            "--profiling=false",
+            "--permit-port-sharing=t",
         ]);
-        assert!(!o.configure_cloud_routes);
-        assert!(o.allocate_node_cidrs);
-        assert!(o.authentication_skip_lookup);
+        assert!(!o.generic.configure_cloud_routes);
+        assert!(o.generic.allocate_node_cidrs);
+        assert!(o.authentication.authentication_skip_lookup);
+        assert!(!o.serving.profiling);
+        assert!(o.serving.permit_port_sharing);
     }
 
     #[test]
     fn klog_verbosity_spellings() {
-        assert_eq!(parse(&["-v", "4"]).verbosity, 4);
-        assert_eq!(parse(&["-v=3"]).verbosity, 3);
-        assert_eq!(parse(&["--v=2"]).verbosity, 2);
-        assert_eq!(parse(&["--v", "10"]).verbosity, 10);
-        let err = Options::try_parse_from(["ccm", "-v", "11"]).unwrap_err();
+        assert_eq!(parse(&["-v", "4"]).logging.verbosity, 4);
+        assert_eq!(parse(&["-v=3"]).logging.verbosity, 3);
+        assert_eq!(parse(&["--v=2"]).logging.verbosity, 2);
+        assert_eq!(parse(&["--v", "10"]).logging.verbosity, 10);
+        // klog takes any 31-bit level; past 10 nothing more is logged.
+        assert_eq!(parse(&["--v=100"]).logging.verbosity, 100);
+        let err = Options::try_parse_from(["ccm", "-v", "x"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }
 
@@ -494,10 +370,13 @@ mod tests {
             "--controllers=*,-route",
             "--cluster-cidr=10.0.0.0/16,fd00::/48",
         ]);
-        assert_eq!(o.node_monitor_period, Duration::from_secs(90));
-        assert_eq!(o.route_reconciliation_period, Duration::from_millis(300));
-        assert_eq!(o.controllers, vec!["*", "-route"]);
-        assert_eq!(o.cluster_cidr, "10.0.0.0/16,fd00::/48");
+        assert_eq!(o.controllers.node_monitor_period, Duration::from_secs(90));
+        assert_eq!(
+            o.controllers.route_reconciliation_period,
+            Duration::from_millis(300)
+        );
+        assert_eq!(o.generic.controllers, vec!["*", "-route"]);
+        assert_eq!(o.generic.cluster_cidr, "10.0.0.0/16,fd00::/48");
         let err = Options::try_parse_from(["ccm", "--node-monitor-period=5"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("missing unit"), "{err}");
@@ -506,11 +385,15 @@ mod tests {
     #[test]
     fn cloud_call_timeout_takes_go_durations() {
         assert_eq!(
-            parse(&["--cloud-call-timeout=1m30s"]).cloud_call_timeout,
+            parse(&["--cloud-call-timeout=1m30s"])
+                .controllers
+                .cloud_call_timeout,
             Duration::from_secs(90)
         );
         assert_eq!(
-            parse(&["--cloud-call-timeout", "2.5s"]).cloud_call_timeout,
+            parse(&["--cloud-call-timeout", "2.5s"])
+                .controllers
+                .cloud_call_timeout,
             Duration::from_millis(2500)
         );
         for bad in ["30", "-5s", "soon", ""] {
@@ -530,18 +413,105 @@ mod tests {
             "--secure-port=2",
             "--cloud-config=",
         ]);
-        assert_eq!(o.cloud_provider.as_deref(), Some("b"));
-        assert_eq!(o.secure_port, 2);
-        assert_eq!(o.cloud_config, Some(PathBuf::new()));
+        assert_eq!(o.generic.cloud_provider.as_deref(), Some("b"));
+        assert_eq!(o.serving.secure_port, 2);
+        assert_eq!(o.generic.cloud_config, Some(PathBuf::new()));
         // Lists accumulate over repeated flags, like pflag's string slices.
         let o = parse(&["--controllers=cloud-node", "--controllers=route,service"]);
-        assert_eq!(o.controllers, vec!["cloud-node", "route", "service"]);
+        assert_eq!(
+            o.generic.controllers,
+            vec!["cloud-node", "route", "service"]
+        );
+        let o = parse(&["--feature-gates=A=true", "--feature-gates=B=false,C=true"]);
+        assert_eq!(o.generic.feature_gates, vec!["A=true", "B=false", "C=true"]);
     }
 
     #[test]
-    fn log_format_values() {
-        assert_eq!(parse(&["--log-format=json"]).log_format, LogFormat::Json);
-        let err = Options::try_parse_from(["ccm", "--log-format=xml"]).unwrap_err();
+    fn log_format_values_and_the_older_spelling() {
+        assert_eq!(
+            parse(&["--logging-format=json"]).logging.logging_format,
+            LogFormat::Json
+        );
+        assert_eq!(
+            parse(&["--log-format=json"]).logging.logging_format,
+            LogFormat::Json
+        );
+        let err = Options::try_parse_from(["ccm", "--logging-format=xml"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn version_flag_forms() {
+        assert_eq!(parse(&["--version"]).version, values::VersionFlag::Print);
+        assert_eq!(
+            parse(&["--version=true"]).version,
+            values::VersionFlag::Print
+        );
+        assert_eq!(
+            parse(&["--version=false"]).version,
+            values::VersionFlag::Off
+        );
+        assert_eq!(parse(&["--version=raw"]).version, values::VersionFlag::Raw);
+        assert_eq!(
+            parse(&["--version=v1.2.3"]).version,
+            values::VersionFlag::Report("v1.2.3".to_string())
+        );
+        assert!(Options::try_parse_from(["ccm", "--version=banana"]).is_err());
+    }
+
+    #[test]
+    fn flag_names_are_normalised_like_upstream() {
+        let args: Vec<OsString> = [
+            "ccm",
+            "--min_resync_period=1h",
+            "--leader_elect",
+            "--cluster-name=a_b",
+            "-v=2",
+            "--",
+            "--x_y",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let normalised: Vec<String> = normalize_args(args)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            normalised,
+            [
+                "ccm",
+                "--min-resync-period=1h",
+                "--leader-elect",
+                "--cluster-name=a_b",
+                "-v=2",
+                "--",
+                "--x_y"
+            ]
+        );
+    }
+
+    #[test]
+    fn ignored_flags_are_named_only_when_given() {
+        let command = Options::command();
+        let matches = command
+            .clone()
+            .try_get_matches_from(["ccm", "--kube-api-content-type=application/json"])
+            .unwrap();
+        let given: Vec<&str> = ignored_flags_given(&matches)
+            .iter()
+            .map(|f| f.name)
+            .collect();
+        assert_eq!(given, ["kube-api-content-type"]);
+        let matches = command.try_get_matches_from(["ccm"]).unwrap();
+        assert!(ignored_flags_given(&matches).is_empty());
+        // Every ignored flag is a flag of the command.
+        let names: Vec<String> = Options::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        for flag in IGNORED_FLAGS {
+            assert!(names.iter().any(|n| n == flag.name), "{}", flag.name);
+        }
     }
 }

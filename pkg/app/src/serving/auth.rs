@@ -1,7 +1,9 @@
 //! Delegated authentication and authorization of callers, like Kubernetes' generic API servers do it:
-//! a bearer token is checked with a `TokenReview`, a client certificate against the cluster's client CA,
-//! and the resulting user is authorized with a `SubjectAccessReview` for the non-resource path and the
-//! request's verb. Answers are cached briefly. Tokens are never logged.
+//! a proxy's client certificate (request-header CA) names the caller in request headers, a client
+//! certificate (client CA) names the caller itself, a bearer token is checked with a `TokenReview`; the
+//! resulting user is authorized with a `SubjectAccessReview` for the non-resource path and the request's
+//! verb, unless it is in an always-allowed group (`system:masters`). Answers are cached for the flags'
+//! TTLs. Tokens are never logged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -18,10 +20,8 @@ use kube::api::PostParams;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// How long a successful authentication or an "allowed" decision is reused.
-pub const ALLOW_TTL: Duration = Duration::from_secs(10);
-/// How long a failed authentication or a "denied" decision is reused.
-pub const DENY_TTL: Duration = Duration::from_secs(10);
+/// The groups authorized for every path without a SubjectAccessReview, as upstream's.
+pub const ALWAYS_ALLOW_GROUPS: &[&str] = &["system:masters"];
 /// Cache entries kept at most (per cache); beyond it expired entries are dropped, then everything.
 const CACHE_CAPACITY: usize = 4096;
 
@@ -88,6 +88,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
 pub struct TokenAuthenticator {
     api: Api<TokenReview>,
     cache: TtlCache<String, Option<UserInfo>>,
+    ttl: Duration,
 }
 
 impl std::fmt::Debug for TokenAuthenticator {
@@ -97,11 +98,13 @@ impl std::fmt::Debug for TokenAuthenticator {
 }
 
 impl TokenAuthenticator {
-    /// Reviews tokens through `client` (the `--authentication-kubeconfig` client).
-    pub fn new(client: kube::Client) -> Self {
+    /// Reviews tokens through `client` (the `--authentication-kubeconfig` client), reusing each answer
+    /// for `ttl` (`--authentication-token-webhook-cache-ttl`).
+    pub fn new(client: kube::Client, ttl: Duration) -> Self {
         Self {
             api: Api::all(client),
             cache: TtlCache::new(),
+            ttl,
         }
     }
 
@@ -135,8 +138,7 @@ impl TokenAuthenticator {
                     extra: user.extra.unwrap_or_default().into_iter().collect(),
                 })
             });
-        let ttl = if user.is_some() { ALLOW_TTL } else { DENY_TTL };
-        self.cache.insert(token.to_string(), user.clone(), ttl);
+        self.cache.insert(token.to_string(), user.clone(), self.ttl);
         Ok(user)
     }
 }
@@ -154,6 +156,8 @@ pub struct Decision {
 pub struct Authorizer {
     api: Api<SubjectAccessReview>,
     cache: TtlCache<(UserInfo, String, String), Decision>,
+    allowed_ttl: Duration,
+    denied_ttl: Duration,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -163,11 +167,14 @@ impl std::fmt::Debug for Authorizer {
 }
 
 impl Authorizer {
-    /// Reviews through `client` (the `--authorization-kubeconfig` client).
-    pub fn new(client: kube::Client) -> Self {
+    /// Reviews through `client` (the `--authorization-kubeconfig` client), reusing an "allowed" answer for
+    /// `allowed_ttl` and a "denied" one for `denied_ttl` (`--authorization-webhook-cache-*-ttl`).
+    pub fn new(client: kube::Client, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
         Self {
             api: Api::all(client),
             cache: TtlCache::new(),
+            allowed_ttl,
+            denied_ttl,
         }
     }
 
@@ -178,6 +185,16 @@ impl Authorizer {
         verb: &str,
         path: &str,
     ) -> Result<Decision, AuthError> {
+        if user
+            .groups
+            .iter()
+            .any(|group| ALWAYS_ALLOW_GROUPS.contains(&group.as_str()))
+        {
+            return Ok(Decision {
+                allowed: true,
+                reason: None,
+            });
+        }
         let key = (user.clone(), verb.to_string(), path.to_string());
         if let Some(decision) = self.cache.get(&key) {
             return Ok(decision);
@@ -207,9 +224,9 @@ impl Authorizer {
             reason: status.reason.filter(|r| !r.is_empty()),
         };
         let ttl = if decision.allowed {
-            ALLOW_TTL
+            self.allowed_ttl
         } else {
-            DENY_TTL
+            self.denied_ttl
         };
         self.cache.insert(key, decision.clone(), ttl);
         Ok(decision)
@@ -225,6 +242,112 @@ pub struct DelegatedAuth {
     pub authorizer: Arc<Authorizer>,
     /// `--authorization-always-allow-paths`.
     pub always_allow_paths: Vec<String>,
+    /// How proxies (certificates of the request-header CA) name callers, when there is such a CA.
+    pub request_header: Option<RequestHeaderConfig>,
+}
+
+/// How a proxy names the caller in request headers (`--requestheader-*`, or the cluster's
+/// `extension-apiserver-authentication` ConfigMap).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestHeaderConfig {
+    /// Common names a proxy's certificate may have; empty: any the request-header CA signed.
+    pub allowed_names: Vec<String>,
+    /// Headers naming the user (the first present wins).
+    pub username_headers: Vec<String>,
+    /// Headers naming the user's UID.
+    pub uid_headers: Vec<String>,
+    /// Headers naming the user's groups (every value of each).
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes (the rest of the name, lower-cased and
+    /// percent-decoded, is the key).
+    pub extra_headers_prefixes: Vec<String>,
+}
+
+/// Why a proxy's request cannot be attributed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestHeaderError {
+    /// The proxy certificate's common name is not allowed.
+    #[error("x509: subject with cn={0} is not in the allowed list")]
+    NotAllowed(String),
+}
+
+impl RequestHeaderConfig {
+    /// The user a proxy with certificate common name `proxy` names in `headers`: `Ok(None)` when no
+    /// username header is present (other authenticators are tried), an error when the proxy is not
+    /// allowed.
+    pub fn user(
+        &self,
+        proxy: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<Option<UserInfo>, RequestHeaderError> {
+        if !self.allowed_names.is_empty() && !self.allowed_names.iter().any(|n| n == proxy) {
+            return Err(RequestHeaderError::NotAllowed(proxy.to_string()));
+        }
+        let values = |name: &str| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_string)
+                .collect()
+        };
+        let Some(username) = self
+            .username_headers
+            .iter()
+            .flat_map(|h| values(h))
+            .find(|v| !v.is_empty())
+        else {
+            return Ok(None);
+        };
+        let uid = self
+            .uid_headers
+            .iter()
+            .flat_map(|h| values(h))
+            .find(|v| !v.is_empty());
+        let groups = self.group_headers.iter().flat_map(|h| values(h)).collect();
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, value) in headers {
+            let name = name.as_str();
+            let Some(prefix) = self
+                .extra_headers_prefixes
+                .iter()
+                .find(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p))
+            else {
+                continue;
+            };
+            if let Ok(value) = value.to_str() {
+                let key = percent_decode(&name[prefix.len()..]).to_ascii_lowercase();
+                extra.entry(key).or_default().push(value.to_string());
+            }
+        }
+        Ok(Some(UserInfo {
+            username,
+            uid,
+            groups,
+            extra,
+        }))
+    }
+}
+
+/// Decodes `%XX` escapes (a malformed escape is kept as it is).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl DelegatedAuth {
@@ -244,29 +367,80 @@ pub fn path_matches(patterns: &[String], path: &str) -> bool {
         })
 }
 
-/// Looks up the cluster's client CA bundle (`client-ca-file` of the ConfigMap
-/// `kube-system/extension-apiserver-authentication`).
-pub async fn lookup_client_ca(client: kube::Client) -> Result<String, String> {
+/// The name of the ConfigMap with the cluster's authentication settings, in kube-system.
+pub const AUTHENTICATION_CONFIGMAP: &str = "extension-apiserver-authentication";
+
+/// What the cluster's `kube-system/extension-apiserver-authentication` ConfigMap says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterAuthentication {
+    /// `client-ca-file`: the CA of client certificates that name users.
+    pub client_ca: Option<String>,
+    /// `requestheader-client-ca-file`: the CA of proxies.
+    pub request_header_ca: Option<String>,
+    /// The `requestheader-*` lists (JSON string arrays in the ConfigMap).
+    pub request_header: RequestHeaderConfig,
+}
+
+/// Why the lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// The ConfigMap could not be read (other than "not found").
+    #[error("cannot read configmap kube-system/{AUTHENTICATION_CONFIGMAP}: {err}{hint}", err = .0, hint = forbidden_hint(.0))]
+    Read(kube::Error),
+    /// A list value is not a JSON array of strings.
+    #[error("configmap kube-system/{AUTHENTICATION_CONFIGMAP}: {key}: {message}")]
+    Malformed {
+        /// The key.
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+fn forbidden_hint(err: &kube::Error) -> &'static str {
+    match err {
+        kube::Error::Api(status) if status.code == 403 => {
+            " (bind the Role extension-apiserver-authentication-reader in kube-system to this \
+             ServiceAccount, as the manifests do)"
+        }
+        _ => "",
+    }
+}
+
+/// Reads the cluster's authentication settings; `Ok(None)` when the ConfigMap does not exist.
+pub async fn lookup_cluster_authentication(
+    client: kube::Client,
+) -> Result<Option<ClusterAuthentication>, LookupError> {
     let api: Api<ConfigMap> = Api::namespaced(client, "kube-system");
-    let map = api
-        .get("extension-apiserver-authentication")
+    let Some(map) = api
+        .get_opt(AUTHENTICATION_CONFIGMAP)
         .await
-        .map_err(|err| {
-            let err = match err {
-                kube::Error::Api(status) => {
-                    format!("{} {}: {}", status.code, status.reason, status.message)
-                }
-                other => other.to_string(),
-            };
-            format!("cannot read configmap kube-system/extension-apiserver-authentication: {err}")
-        })?;
-    map.data
-        .and_then(|mut data| data.remove("client-ca-file"))
-        .filter(|pem| !pem.trim().is_empty())
-        .ok_or_else(|| {
-            "configmap kube-system/extension-apiserver-authentication has no client-ca-file"
-                .to_string()
-        })
+        .map_err(LookupError::Read)?
+    else {
+        return Ok(None);
+    };
+    let data = map.data.unwrap_or_default();
+    let text = |key: &str| data.get(key).filter(|v| !v.trim().is_empty()).cloned();
+    let list = |key: &'static str| -> Result<Vec<String>, LookupError> {
+        match text(key) {
+            None => Ok(Vec::new()),
+            Some(json) => serde_json::from_str(&json).map_err(|err| LookupError::Malformed {
+                key,
+                message: format!("expected a JSON array of strings: {err}"),
+            }),
+        }
+    };
+    Ok(Some(ClusterAuthentication {
+        client_ca: text("client-ca-file"),
+        request_header_ca: text("requestheader-client-ca-file"),
+        request_header: RequestHeaderConfig {
+            allowed_names: list("requestheader-allowed-names")?,
+            username_headers: list("requestheader-username-headers")?,
+            uid_headers: list("requestheader-uid-headers")?,
+            group_headers: list("requestheader-group-headers")?,
+            extra_headers_prefixes: list("requestheader-extra-headers-prefix")?,
+        },
+    }))
 }
 
 #[cfg(test)]
@@ -282,6 +456,45 @@ mod tests {
         assert!(path_matches(&patterns, "/debug/"));
         assert!(!path_matches(&patterns, "/metrics"));
         assert!(!path_matches(&[], "/healthz"));
+    }
+
+    #[test]
+    fn proxies_name_users_in_headers() {
+        let config = RequestHeaderConfig {
+            allowed_names: vec!["front-proxy-client".into()],
+            username_headers: vec!["x-remote-user".into()],
+            uid_headers: vec!["x-remote-uid".into()],
+            group_headers: vec!["x-remote-group".into()],
+            extra_headers_prefixes: vec!["x-remote-extra-".into()],
+        };
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(config.user("front-proxy-client", &headers), Ok(None));
+        headers.insert("x-remote-user", "alice".parse().unwrap());
+        headers.insert("x-remote-uid", "u-1".parse().unwrap());
+        headers.append("x-remote-group", "ops".parse().unwrap());
+        headers.append("x-remote-group", "dev".parse().unwrap());
+        headers.append("X-Remote-Extra-Scopes%2fRead", "a".parse().unwrap());
+        let user = config
+            .user("front-proxy-client", &headers)
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.username, "alice");
+        assert_eq!(user.uid.as_deref(), Some("u-1"));
+        assert_eq!(user.groups, ["ops", "dev"]);
+        assert_eq!(user.extra["scopes/read"], ["a"]);
+        assert_eq!(
+            config
+                .user("someone-else", &headers)
+                .unwrap_err()
+                .to_string(),
+            "x509: subject with cn=someone-else is not in the allowed list"
+        );
+        let any = RequestHeaderConfig {
+            allowed_names: Vec::new(),
+            ..config
+        };
+        assert!(any.user("someone-else", &headers).unwrap().is_some());
+        assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
     }
 
     #[tokio::test(start_paused = true)]

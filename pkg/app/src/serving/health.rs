@@ -9,7 +9,12 @@
 //! (`[+]name ok` / `[-]name failed: reason withheld`) and a summary line. `?exclude=name` skips a check.
 //! `/<endpoint>/<check>` runs a single check.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
 use cloud_controllers::HealthRegistry;
+use parking_lot::Mutex;
 
 use crate::leader::LeaderStatus;
 
@@ -42,7 +47,12 @@ pub struct HealthChecks {
     pub controllers: HealthRegistry,
     /// Leader election.
     pub leader: LeaderStatus,
+    /// How often each check of each endpoint answered how, for `/metrics/slis`.
+    counts: Arc<Mutex<CheckCounts>>,
 }
+
+/// Answers by (check, endpoint, `success`/`error`).
+type CheckCounts = BTreeMap<(String, &'static str, &'static str), u64>;
 
 /// A rendered answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +64,61 @@ pub struct HealthAnswer {
 }
 
 impl HealthChecks {
+    /// The checks of the controllers' registry and leader election.
+    pub fn new(controllers: HealthRegistry, leader: LeaderStatus) -> Self {
+        HealthChecks {
+            controllers,
+            leader,
+            counts: Arc::default(),
+        }
+    }
+
+    /// `/metrics/slis`, as upstream's components serve it: `kubernetes_healthcheck{name,type}` (1 when
+    /// the check passes now, 0 when it fails) for every check of every endpoint, and
+    /// `kubernetes_healthchecks_total{name,type,status}`, the checks' answers to requests so far.
+    pub fn slis(&self) -> String {
+        let mut out = String::from(
+            "# HELP kubernetes_healthcheck [STABLE] This metric records the result of a single healthcheck.\n\
+             # TYPE kubernetes_healthcheck gauge\n",
+        );
+        for endpoint in [Endpoint::Healthz, Endpoint::Livez, Endpoint::Readyz] {
+            for (name, result) in self.run(endpoint) {
+                let _ = writeln!(
+                    out,
+                    "kubernetes_healthcheck{{name=\"{name}\",type=\"{}\"}} {}",
+                    endpoint.name(),
+                    u8::from(result.is_ok())
+                );
+            }
+        }
+        out.push_str(
+            "# HELP kubernetes_healthchecks_total [STABLE] This metric records the results of all healthcheck.\n\
+             # TYPE kubernetes_healthchecks_total counter\n",
+        );
+        for ((name, kind, status), count) in self.counts.lock().iter() {
+            let _ = writeln!(
+                out,
+                "kubernetes_healthchecks_total{{name=\"{name}\",status=\"{status}\",type=\"{kind}\"}} {count}"
+            );
+        }
+        out
+    }
+
+    /// Forgets the answers counted so far (`DELETE /metrics/slis`).
+    pub fn reset_slis(&self) {
+        self.counts.lock().clear();
+    }
+
+    fn count(&self, endpoint: Endpoint, checks: &[(String, Result<(), String>)]) {
+        let mut counts = self.counts.lock();
+        for (name, result) in checks {
+            let status = if result.is_ok() { "success" } else { "error" };
+            *counts
+                .entry((name.clone(), endpoint.name(), status))
+                .or_default() += 1;
+        }
+    }
+
     /// Every check of `endpoint`, in order.
     pub fn run(&self, endpoint: Endpoint) -> Vec<(String, Result<(), String>)> {
         let mut checks = vec![
@@ -73,6 +138,7 @@ impl HealthChecks {
             .into_iter()
             .filter(|(name, _)| !exclude.contains(name))
             .collect();
+        self.count(endpoint, &checks);
         let failed = checks.iter().any(|(_, result)| result.is_err());
         for (name, result) in &checks {
             if let Err(reason) = result {
@@ -139,10 +205,7 @@ mod tests {
 
     fn checks() -> (HealthChecks, HealthRegistry) {
         let registry = HealthRegistry::default();
-        let checks = HealthChecks {
-            controllers: registry.clone(),
-            leader: LeaderStatus::disabled(),
-        };
+        let checks = HealthChecks::new(registry.clone(), LeaderStatus::disabled());
         (checks, registry)
     }
 
@@ -208,5 +271,34 @@ mod tests {
                 .body
                 .contains("warn: some health checks cannot be excluded: no matches for \"nope\"")
         );
+    }
+
+    #[test]
+    fn slis_report_each_check_and_count_answers() {
+        let (checks, registry) = checks();
+        registry
+            .register("service-lb-controller")
+            .set_failed("boom");
+        checks.answer(Endpoint::Healthz, false, &[]);
+        checks.answer(Endpoint::Healthz, false, &[]);
+        let text = checks.slis();
+        assert!(
+            text.contains("kubernetes_healthcheck{name=\"ping\",type=\"livez\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubernetes_healthcheck{name=\"service-lb-controller\",type=\"readyz\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubernetes_healthchecks_total{name=\"service-lb-controller\",status=\"error\",type=\"healthz\"} 2"
+            ),
+            "{text}"
+        );
+        checks.reset_slis();
+        assert!(!checks.slis().contains("kubernetes_healthchecks_total{"));
     }
 }

@@ -1,18 +1,23 @@
 //! The HTTPS endpoint on `--bind-address:--secure-port`: `/healthz`, `/livez`, `/readyz` (see
-//! [`health`]) and `/metrics`, behind delegated authentication and authorization (see [`auth`]) except for
-//! the `--authorization-always-allow-paths`.
+//! [`health`]), `/metrics`, `/metrics/slis`, `/configz` and with `--profiling` the debugging handlers (see
+//! [`debug`]), behind delegated authentication and authorization (see [`auth`]) except for the
+//! `--authorization-always-allow-paths`.
 //!
-//! Connections are TLS (rustls with ring), HTTP/1.1 or HTTP/2 by ALPN. A caller is a verified client
-//! certificate (when a client CA is known) or a bearer token checked with a TokenReview; no credentials
-//! gives 401, a SubjectAccessReview denial 403, both with Kubernetes `Status` JSON bodies.
+//! Connections are TLS (rustls with ring, see [`tls`] and [`certificates`]), HTTP/1.1 or HTTP/2 by ALPN.
+//! A caller is named by a proxy's certificate and request headers (request-header CA), by a verified
+//! client certificate (client CA) or by a bearer token checked with a TokenReview, in that order; no
+//! credentials gives 401, a SubjectAccessReview denial 403, both with Kubernetes `Status` JSON bodies.
 //!
 //! The endpoint runs on a thread and a Tokio runtime of its own: a controller whose cloud call blocks a
 //! worker thread of the daemon's runtime (which can also stall that runtime's I/O and timers) does not keep
 //! `/healthz` from answering, and saying so.
 
 pub mod auth;
+pub mod certificates;
+pub mod debug;
 pub mod health;
 pub mod process_metrics;
+pub mod profiles;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -34,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use self::auth::{AUTHENTICATED_GROUP, DelegatedAuth, UserInfo};
+use self::certificates::{PeerCertificate, ServerTls};
 use self::health::{Endpoint, HealthChecks};
 
 /// How long a client has to finish the TLS handshake.
@@ -66,14 +72,17 @@ pub struct ServingState {
     /// Delegated authentication and authorization; `None` serves everything without checks (used by
     /// embedders that put the endpoint behind their own protection, never by the daemon).
     pub auth: Option<DelegatedAuth>,
+    /// The `/configz` document.
+    pub configz: serde_json::Value,
 }
 
-/// The caller named by a verified client certificate of the connection, if any.
+/// What the connection's verified client certificate proves, if it has one.
 #[derive(Debug, Clone, Default)]
-struct PeerIdentity(Option<UserInfo>);
+struct PeerIdentity(PeerCertificate);
 
-/// The routes, with authentication and authorization in front of them.
-pub fn router(state: Arc<ServingState>) -> Router {
+/// The routes, with authentication and authorization in front of them; `profiling` adds the debugging
+/// handlers.
+pub fn router(state: Arc<ServingState>, profiling: bool) -> Router {
     Router::new()
         .route("/healthz", get(|s, q| endpoint(s, q, Endpoint::Healthz)))
         .route("/livez", get(|s, q| endpoint(s, q, Endpoint::Livez)))
@@ -91,6 +100,8 @@ pub fn router(state: Arc<ServingState>) -> Router {
             get(|s, p| single_check(s, p, Endpoint::Readyz)),
         )
         .route("/metrics", get(metrics))
+        .route("/metrics/slis", get(slis).delete(reset_slis))
+        .merge(debug::routes(profiling))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -144,6 +155,22 @@ async fn metrics(State(state): State<Arc<ServingState>>) -> Response {
             )
         }
     }
+}
+
+async fn slis(State(state): State<Arc<ServingState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        state.health.slis(),
+    )
+        .into_response()
+}
+
+async fn reset_slis(State(state): State<Arc<ServingState>>) -> Response {
+    state.health.reset_slis();
+    text_response(200, "metrics reset\n".to_string())
 }
 
 async fn not_found() -> Response {
@@ -223,18 +250,35 @@ async fn authenticate_and_authorize(
     if auth.always_allowed(&path) {
         return next.run(request).await;
     }
-    let from_certificate = request
+    let peer = request
         .extensions()
         .get::<PeerIdentity>()
-        .and_then(|peer| peer.0.clone());
-    let user = match from_certificate {
-        Some(user) => user,
+        .map(|peer| peer.0.clone())
+        .unwrap_or_default();
+    let from_proxy = match (&peer.proxy, &auth.request_header) {
+        (Some(proxy), Some(config)) => match config.user(proxy, request.headers()) {
+            Ok(user) => user,
+            Err(err) => {
+                tracing::debug!(error = %err, %path, "request-header authentication refused");
+                return status_response(401, "Unauthorized", "Unauthorized");
+            }
+        },
+        _ => None,
+    };
+    let from_certificate = peer.user.map(|(username, groups, uid)| UserInfo {
+        username,
+        uid,
+        groups,
+        ..UserInfo::default()
+    });
+    let user = match from_proxy.or(from_certificate) {
+        Some(user) => with_authenticated_group(user),
         None => {
             let Some(token) = bearer_token(request.headers()) else {
                 return status_response(401, "Unauthorized", "Unauthorized");
             };
             match auth.authenticator.authenticate(&token).await {
-                Ok(Some(user)) => user,
+                Ok(Some(user)) => with_authenticated_group(user),
                 Ok(None) => return status_response(401, "Unauthorized", "Unauthorized"),
                 Err(err) => {
                     tracing::warn!(error = %err, %path, "cannot authenticate a request");
@@ -269,19 +313,51 @@ async fn authenticate_and_authorize(
     }
 }
 
-/// Binds the listening socket.
-pub async fn bind(address: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|source| ServeError::Bind { address, source })
+/// `user` with the group every authenticated user is in.
+fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
+    if !user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        user.groups.push(AUTHENTICATED_GROUP.to_string());
+    }
+    user
 }
+
+/// Binds the listening socket, with `SO_REUSEPORT` (`--permit-port-sharing`) and `SO_REUSEADDR`
+/// (`--permit-address-sharing`) when asked.
+pub async fn bind(
+    address: SocketAddr,
+    reuse_port: bool,
+    reuse_address: bool,
+) -> Result<TcpListener, ServeError> {
+    let bind = || -> std::io::Result<TcpListener> {
+        let socket = match address {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        if reuse_address {
+            socket.set_reuseaddr(true)?;
+        }
+        #[cfg(unix)]
+        if reuse_port {
+            socket.set_reuseport(true)?;
+        }
+        #[cfg(not(unix))]
+        let _ = reuse_port;
+        socket.bind(address)?;
+        socket.listen(1024)
+    };
+    bind().map_err(|source| ServeError::Bind { address, source })
+}
+
+/// HTTP/2's concurrent streams per connection when `--http2-max-streams-per-connection` is 0 (upstream's).
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 100;
 
 /// Serves `router` over TLS on `listener` until `shutdown` fires, on a thread with a single-threaded Tokio
 /// runtime of its own (see the [module docs](self)); the thread ends when `shutdown` fires. The listener is
 /// moved onto that runtime.
 pub fn spawn(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<ServerTls>,
+    max_concurrent_streams: u32,
     router: Router,
     shutdown: CancellationToken,
 ) -> Result<std::thread::JoinHandle<()>, ServeError> {
@@ -295,7 +371,9 @@ pub fn spawn(
         .spawn(move || {
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => serve(listener, tls, router, shutdown).await,
+                    Ok(listener) => {
+                        serve(listener, tls, max_concurrent_streams, router, shutdown).await
+                    }
                     Err(err) => tracing::error!(error = %err, "cannot serve on the bound socket"),
                 }
             });
@@ -306,11 +384,16 @@ pub fn spawn(
 /// Accepts connections until `shutdown` fires, each served by a task of its own.
 async fn serve(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<ServerTls>,
+    max_concurrent_streams: u32,
     router: Router,
     shutdown: CancellationToken,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
+    let max_concurrent_streams = if max_concurrent_streams == 0 {
+        DEFAULT_MAX_CONCURRENT_STREAMS
+    } else {
+        max_concurrent_streams
+    };
     loop {
         let (stream, remote) = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -323,7 +406,8 @@ async fn serve(
                 }
             },
         };
-        let acceptor = acceptor.clone();
+        let state = tls.current();
+        let acceptor = TlsAcceptor::from(state.config.clone());
         let router = router.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -342,16 +426,8 @@ async fn serve(
                 tls.get_ref()
                     .1
                     .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .and_then(|leaf| tls::certificate_user(leaf.as_ref()))
-                    .map(|(username, mut groups)| {
-                        groups.push(AUTHENTICATED_GROUP.to_string());
-                        UserInfo {
-                            username,
-                            groups,
-                            ..UserInfo::default()
-                        }
-                    }),
+                    .map(|chain| state.identify(chain))
+                    .unwrap_or_default(),
             );
             let service = hyper::service::service_fn(
                 move |mut request: http::Request<hyper::body::Incoming>| {
@@ -359,7 +435,10 @@ async fn serve(
                     router.clone().oneshot(request.map(Body::new))
                 },
             );
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http2()
+                .max_concurrent_streams(max_concurrent_streams);
             let connection = builder.serve_connection(TokioIo::new(tls), service);
             tokio::pin!(connection);
             tokio::select! {

@@ -1,7 +1,9 @@
 //! Validation of the parsed flags into an [`AppConfig`]: every bad value gets a specific message, and the
-//! daemon exits with code 2 (a usage error) when any is found.
+//! daemon exits with code 2 (a usage error) when any is found. The HTTPS endpoints' flags are checked in
+//! [`serving`].
 
-use std::net::{IpAddr, SocketAddr};
+pub mod serving;
+
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,11 +15,19 @@ use cloud_controllers::{
 };
 use cloud_provider::RegistryError;
 
+pub use self::serving::{
+    AuthenticationSettings, AuthorizationSettings, CertChoice, ServingSettings, WebhookSettings,
+};
+use crate::build_info::BuildInfo;
 use crate::client::RateLimits;
 use crate::controllers_flag::ControllerSelection;
 use crate::duration::format_duration;
+use crate::feature_gates::FeatureGates;
 use crate::leader::{LeaderElectionConfig, LeaseDuration, LeaseDurationError};
-use crate::options::{DryRunOutput, LogFormat, Options};
+use crate::leader_migration::{LEASES, LeaderMigrationConfig};
+use crate::logging::LogSettings;
+use crate::options::values::VersionFlag;
+use crate::options::{DryRunOutput, IgnoredFlag, Options};
 
 /// client-go's jitter factor for leader-election retries: the renew deadline must exceed
 /// `JITTER_FACTOR * retry period`.
@@ -36,37 +46,28 @@ pub struct LeaderElectionSettings {
     pub renew_deadline: Duration,
     /// `--leader-elect-retry-period`.
     pub retry_period: Duration,
+    /// `--enable-leader-migration`: the migration configuration (the file's, or upstream's default).
+    pub migration: Option<LeaderMigrationConfig>,
 }
 
 impl LeaderElectionSettings {
     /// The elector configuration for `identity`.
     pub fn elector_config(&self, identity: &str) -> LeaderElectionConfig {
+        self.elector_config_for(&self.name, identity)
+    }
+
+    /// The elector configuration of the Lease `name` (the main one, or leader migration's) for `identity`:
+    /// the same namespace and timings.
+    pub fn elector_config_for(&self, name: &str, identity: &str) -> LeaderElectionConfig {
         LeaderElectionConfig {
             namespace: self.namespace.clone(),
-            name: self.name.clone(),
+            name: name.to_string(),
             identity: identity.to_string(),
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
         }
     }
-}
-
-/// Serving settings (present when `--secure-port` is not 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServingSettings {
-    /// `--bind-address:--secure-port`.
-    pub address: SocketAddr,
-    /// Certificate and key files, or `None` for an in-memory self-signed certificate.
-    pub cert_and_key: Option<(PathBuf, PathBuf)>,
-    /// `--authentication-kubeconfig`.
-    pub authentication_kubeconfig: Option<PathBuf>,
-    /// `--authorization-kubeconfig`.
-    pub authorization_kubeconfig: Option<PathBuf>,
-    /// `--authentication-skip-lookup`.
-    pub authentication_skip_lookup: bool,
-    /// `--authorization-always-allow-paths`.
-    pub always_allow_paths: Vec<String>,
 }
 
 /// The validated configuration of one daemon run.
@@ -95,12 +96,20 @@ pub struct AppConfig {
     pub leader_election: Option<LeaderElectionSettings>,
     /// Serving, or `None` with `--secure-port=0`.
     pub serving: Option<ServingSettings>,
-    /// `-v`.
-    pub verbosity: u8,
-    /// `--log-format`.
-    pub log_format: LogFormat,
+    /// The webhook flags (checked; the providers compiled in register no webhook).
+    pub webhook: WebhookSettings,
+    /// Logging.
+    pub logging: LogSettings,
+    /// `--feature-gates`.
+    pub feature_gates: FeatureGates,
     /// `--dry-run`, with its `--dry-run-output`.
     pub dry_run: Option<DryRunOutput>,
+    /// What this build is (with the version `--version=vX.Y.Z` reports).
+    pub build_info: BuildInfo,
+    /// The `/configz` document.
+    pub configz: serde_json::Value,
+    /// The flags given that this daemon ignores, each logged once at start-up.
+    pub ignored_flags: Vec<IgnoredFlag>,
 }
 
 /// Every problem found in the flags, one message each, in flag order.
@@ -112,42 +121,58 @@ pub struct ValidationErrors(pub Vec<String>);
 /// appear in the message for an empty or `external` `--cloud-provider`).
 pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, ValidationErrors> {
     let mut errors = Vec::new();
+    let generic = &options.generic;
     let cloud_provider = validate_cloud_provider(options, providers, &mut errors);
     let kube_api_limits = validate_kube_api(options, &mut errors);
     let controllers = validate_controllers(options, &mut errors);
     let controller_config = validate_controller_config(options, &mut errors);
-    let leader_election = if options.leader_elect {
+    let feature_gates = FeatureGates::parse(&generic.feature_gates)
+        .map_err(|err| errors.push(format!("--feature-gates: {err}")))
+        .unwrap_or_default();
+    let leader_election = if options.leader_election.leader_elect {
         validate_leader_election(options, &mut errors)
     } else {
         None
     };
-    let serving = validate_serving(options, &mut errors);
+    let serving = serving::validate_serving(options, &feature_gates, &mut errors);
+    let webhook = serving::validate_webhook(options, &mut errors);
+    let logging = LogSettings::from_options(&options.logging, &feature_gates)
+        .map_err(|mut problems| errors.append(&mut problems))
+        .unwrap_or_default();
 
     let (Some(kube_api_limits), Some(controller_config), true) =
         (kube_api_limits, controller_config, errors.is_empty())
     else {
         return Err(ValidationErrors(errors));
     };
+    let reported_version = match &options.version {
+        VersionFlag::Report(version) => Some(version.as_str()),
+        _ => None,
+    };
     Ok(AppConfig {
         cloud_provider,
-        cloud_config: non_empty_path(&options.cloud_config),
-        allow_untagged_cloud: options.allow_untagged_cloud,
-        kubeconfig: non_empty_path(&options.kubeconfig),
-        master: options.master.clone().filter(|m| !m.is_empty()),
+        cloud_config: non_empty_path(&generic.cloud_config),
+        allow_untagged_cloud: generic.allow_untagged_cloud,
+        kubeconfig: non_empty_path(&generic.kubeconfig),
+        master: generic.master.clone().filter(|m| !m.is_empty()),
         kube_api_limits,
-        use_service_account_credentials: options.use_service_account_credentials,
+        use_service_account_credentials: generic.use_service_account_credentials,
         controllers,
         controller_config: Arc::new(controller_config),
         leader_election,
         serving,
-        verbosity: options.verbosity,
-        log_format: options.log_format,
+        webhook,
+        logging,
+        feature_gates,
         dry_run: options.dry_run.then_some(options.dry_run_output),
+        build_info: BuildInfo::current(reported_version),
+        configz: crate::configz::document(options),
+        ignored_flags: Vec::new(),
     })
 }
 
 /// A path flag's value; an empty one means "not given", as upstream treats it.
-fn non_empty_path(path: &Option<PathBuf>) -> Option<PathBuf> {
+pub(crate) fn non_empty_path(path: &Option<PathBuf>) -> Option<PathBuf> {
     path.clone().filter(|p| !p.as_os_str().is_empty())
 }
 
@@ -163,6 +188,7 @@ fn validate_cloud_provider(
         providers.join(", ")
     };
     let cloud_provider = options
+        .generic
         .cloud_provider
         .as_deref()
         .map(str::trim)
@@ -185,6 +211,7 @@ fn validate_cloud_provider(
 /// `--master` (a URL), and the budget of `--kube-api-qps` (greater than 0) and `--kube-api-burst` (at
 /// least 1).
 fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<RateLimits> {
+    let options = &options.generic;
     if let Some(master) = &options.master
         && (master.parse::<http::Uri>().is_err() || !master.contains("://"))
     {
@@ -212,7 +239,7 @@ fn validate_kube_api(options: &Options, errors: &mut Vec<String>) -> Option<Rate
 
 /// The `--controllers` entries (which controllers they name is checked once the provider is known).
 fn validate_controllers(options: &Options, errors: &mut Vec<String>) -> ControllerSelection {
-    match ControllerSelection::parse(&options.controllers) {
+    match ControllerSelection::parse(&options.generic.controllers) {
         Ok(controllers) => controllers,
         Err(message) => {
             errors.push(message);
@@ -227,10 +254,12 @@ fn validate_controller_config(
     options: &Options,
     errors: &mut Vec<String>,
 ) -> Option<ControllerConfig> {
-    if options.cluster_name.trim().is_empty() {
+    let generic = &options.generic;
+    let options = &options.controllers;
+    if generic.cluster_name.trim().is_empty() {
         errors.push("--cluster-name must not be empty".to_string());
     }
-    let cluster_cidrs = parse_cluster_cidrs(&options.cluster_cidr)
+    let cluster_cidrs = parse_cluster_cidrs(&generic.cluster_cidr)
         .map_err(|message| errors.push(message))
         .ok();
     let node_monitor_period = period("--node-monitor-period", options.node_monitor_period, errors);
@@ -260,11 +289,17 @@ fn validate_controller_config(
         options.node_deletion_max_percent,
         errors,
     );
+    if options.concurrent_node_lifecycle_syncs < 1 {
+        errors.push(format!(
+            "--concurrent-node-lifecycle-syncs must be at least 1, got {}",
+            options.concurrent_node_lifecycle_syncs
+        ));
+    }
     Some(ControllerConfig {
-        cluster_name: options.cluster_name.trim().to_string(),
+        cluster_name: generic.cluster_name.trim().to_string(),
         cluster_cidrs: cluster_cidrs?,
-        allocate_node_cidrs: options.allocate_node_cidrs,
-        configure_cloud_routes: options.configure_cloud_routes,
+        allocate_node_cidrs: generic.allocate_node_cidrs,
+        configure_cloud_routes: generic.configure_cloud_routes,
         node_monitor_period: node_monitor_period?,
         instance_exists_grace_period: options.instance_exists_grace_period,
         node_status_update_frequency: Some(node_status_update_frequency?),
@@ -273,6 +308,7 @@ fn validate_controller_config(
         concurrent_service_syncs: concurrent_service_syncs?,
         node_deletion_max_percent: node_deletion_max_percent?,
         cloud_call_timeout: cloud_call_timeout?,
+        controller_start_interval: generic.controller_start_interval,
         // The controllers' own clients need the API server; they are made once leadership is won.
         controller_clients: Default::default(),
         event_clients: Default::default(),
@@ -353,6 +389,7 @@ fn validate_leader_election(
     options: &Options,
     errors: &mut Vec<String>,
 ) -> Option<LeaderElectionSettings> {
+    let options = &options.leader_election;
     let lease = options.leader_elect_lease_duration;
     let renew = options.leader_elect_renew_deadline;
     let retry = options.leader_elect_retry_period;
@@ -400,6 +437,25 @@ fn validate_leader_election(
     if options.leader_elect_resource_namespace.trim().is_empty() {
         errors.push("--leader-elect-resource-namespace must not be empty".to_string());
     }
+    if options.leader_elect_resource_lock != LEASES {
+        errors.push(format!(
+            "--leader-elect-resource-lock: resourceLock value must be \"leases\", got {:?}",
+            options.leader_elect_resource_lock
+        ));
+    }
+    let migration = options
+        .enable_leader_migration
+        .then(|| match non_empty_path(&options.leader_migration_config) {
+            Some(path) => LeaderMigrationConfig::read(&path).map_err(|err| {
+                errors.push(format!(
+                    "--leader-migration-config: failed to parse leader migration configuration: {err}"
+                ))
+            }),
+            None => Ok(LeaderMigrationConfig::upstream_default()),
+        })
+        .transpose()
+        .ok()
+        .flatten();
     if errors.len() != before {
         return None;
     }
@@ -409,68 +465,7 @@ fn validate_leader_election(
         lease_duration: lease_duration?,
         renew_deadline: renew,
         retry_period: retry,
-    })
-}
-
-/// `--bind-address`, `--secure-port` and the TLS and delegated-auth flags; `None` when serving is off.
-fn validate_serving(options: &Options, errors: &mut Vec<String>) -> Option<ServingSettings> {
-    let before = errors.len();
-    let port = match u16::try_from(options.secure_port) {
-        Ok(port) => port,
-        Err(_) => {
-            errors.push(format!(
-                "--secure-port must be between 0 and 65535 (0 disables serving), got {}",
-                options.secure_port
-            ));
-            0
-        }
-    };
-    let ip: Option<IpAddr> = match options.bind_address.trim().parse() {
-        Ok(ip) => Some(ip),
-        Err(_) => {
-            errors.push(format!(
-                "--bind-address {:?} is not an IP address",
-                options.bind_address
-            ));
-            None
-        }
-    };
-    let cert = non_empty_path(&options.tls_cert_file);
-    let key = non_empty_path(&options.tls_private_key_file);
-    let cert_and_key = match (cert, key) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        (Some(_), None) => {
-            errors.push("--tls-cert-file requires --tls-private-key-file".to_string());
-            None
-        }
-        (None, Some(_)) => {
-            errors.push("--tls-private-key-file requires --tls-cert-file".to_string());
-            None
-        }
-    };
-    for path in &options.authorization_always_allow_paths {
-        if !path.starts_with('/') {
-            errors.push(format!(
-                "--authorization-always-allow-paths: {path:?} must start with \"/\""
-            ));
-        } else if path.find('*').is_some_and(|i| i != path.len() - 1) {
-            errors.push(format!(
-                "--authorization-always-allow-paths: {path:?} may only have \"*\" as its last character"
-            ));
-        }
-    }
-    if errors.len() != before || port == 0 {
-        return None;
-    }
-    let ip = ip?;
-    Some(ServingSettings {
-        address: SocketAddr::new(ip, port),
-        cert_and_key,
-        authentication_kubeconfig: non_empty_path(&options.authentication_kubeconfig),
-        authorization_kubeconfig: non_empty_path(&options.authorization_kubeconfig),
-        authentication_skip_lookup: options.authentication_skip_lookup,
-        always_allow_paths: options.authorization_always_allow_paths.clone(),
+        migration,
     })
 }
 
@@ -661,6 +656,67 @@ mod tests {
         (
             &["--authorization-always-allow-paths=/a*b"],
             "--authorization-always-allow-paths: \"/a*b\" may only have \"*\" as its last character",
+        ),
+        (
+            &["--leader-elect-resource-lock=endpointsleases"],
+            "--leader-elect-resource-lock: resourceLock value must be \"leases\", got \"endpointsleases\"",
+        ),
+        (
+            &[
+                "--enable-leader-migration",
+                "--leader-migration-config=/nonexistent",
+            ],
+            "--leader-migration-config: failed to parse leader migration configuration: unable to read \
+             leader migration configuration from \"/nonexistent\": No such file or directory (os error 2)",
+        ),
+        (
+            &["--concurrent-node-lifecycle-syncs=0"],
+            "--concurrent-node-lifecycle-syncs must be at least 1, got 0",
+        ),
+        (
+            &["--feature-gates=NoSuchGate=true"],
+            "--feature-gates: unrecognized feature gate: NoSuchGate",
+        ),
+        (
+            &["--tls-cipher-suites=FOO"],
+            "--tls-cipher-suites: Cipher suite FOO not supported or doesn't exist",
+        ),
+        (
+            &["--tls-min-version=VersionTLS14"],
+            "--tls-min-version: unknown tls version \"VersionTLS14\"",
+        ),
+        (
+            &["--webhook-tls-min-version=VersionSSL30"],
+            "--webhook-tls-min-version: unknown tls version \"VersionSSL30\"",
+        ),
+        (
+            &["--webhooks=foo"],
+            "--webhooks: \"foo\" is not in the list of known webhooks (the cloud providers compiled in \
+             register none)",
+        ),
+        (
+            &["--webhook-secure-port=70000"],
+            "--webhook-secure-port must be between 0 and 65535 (0 disables serving), got 70000",
+        ),
+        (
+            &["--requestheader-username-headers=x-remote-user, "],
+            "empty value in \"--requestheader-username-headers\"",
+        ),
+        (
+            &["--requestheader-uid-headers=x-uid"],
+            "--requestheader-uid-headers is set without specifying the standard X-Remote-Uid header - API \
+             aggregation will not work",
+        ),
+        (
+            &[
+                "--feature-gates=RemoteRequestHeaderUID=false",
+                "--requestheader-uid-headers=X-Remote-Uid",
+            ],
+            "--requestheader-uid-headers requires the \"RemoteRequestHeaderUID\" feature to be enabled",
+        ),
+        (
+            &["--log-json-split-stream"],
+            "--log-json-split-stream: forbidden: the feature gate LoggingAlphaOptions is disabled",
         ),
         (
             &["--cloud-provider="],
@@ -854,11 +910,94 @@ mod tests {
         let serving = config.serving.unwrap();
         assert_eq!(serving.address, "127.0.0.1:8443".parse().unwrap());
         assert_eq!(
-            serving.cert_and_key,
-            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+            serving.cert,
+            CertChoice::Files {
+                cert: PathBuf::from("/c.pem"),
+                key: PathBuf::from("/k.pem")
+            }
         );
-        assert_eq!(serving.always_allow_paths, vec!["/healthz", "/debug/*"]);
-        assert!(!serving.authentication_skip_lookup);
+        assert_eq!(
+            serving.authorization.always_allow_paths,
+            vec!["/healthz", "/debug/*"]
+        );
+        assert!(serving.authentication.lookup);
+        assert!(serving.profiling);
+        assert!(serving.tls.http2);
+    }
+
+    #[test]
+    fn upstream_serving_and_auth_flags() {
+        let config = validate(
+            &options(&[
+                "--cert-dir=/var/run/ccm",
+                "--tls-min-version=VersionTLS13",
+                "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_AES_128_GCM_SHA256",
+                "--tls-sni-cert-key=a.crt,a.key:a.example.com",
+                "--disable-http2-serving",
+                "--http2-max-streams-per-connection=42",
+                "--permit-port-sharing",
+                "--profiling=false",
+                "--client-ca-file=/ca.crt",
+                "--requestheader-client-ca-file=/front.crt",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-uid-headers=X-Remote-Uid",
+                "--authentication-token-webhook-cache-ttl=1m",
+                "--authorization-webhook-cache-unauthorized-ttl=2s",
+                "--authentication-tolerate-lookup-failure",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        let serving = config.serving.unwrap();
+        assert_eq!(serving.cert, CertChoice::Dir(PathBuf::from("/var/run/ccm")));
+        assert_eq!(
+            serving.tls.min_version,
+            crate::serving::tls::MinTlsVersion::Tls13
+        );
+        assert_eq!(serving.tls.cipher_suites.len(), 2);
+        assert_eq!(serving.tls.sni[0].names, ["a.example.com"]);
+        assert!(!serving.tls.http2);
+        assert_eq!(serving.max_concurrent_streams, 42);
+        assert!(serving.reuse_port && !serving.reuse_address);
+        assert!(!serving.profiling);
+        let authn = &serving.authentication;
+        assert_eq!(authn.client_ca_file, Some(PathBuf::from("/ca.crt")));
+        let (ca, headers) = authn.request_header.clone().unwrap();
+        assert_eq!(ca, PathBuf::from("/front.crt"));
+        assert_eq!(headers.allowed_names, ["front-proxy-client"]);
+        assert_eq!(headers.username_headers, ["x-remote-user"]);
+        assert_eq!(headers.uid_headers, ["X-Remote-Uid"]);
+        assert_eq!(authn.token_cache_ttl, Duration::from_secs(60));
+        assert!(authn.tolerate_lookup_failure);
+        assert_eq!(serving.authorization.denied_ttl, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn generic_upstream_flags() {
+        let config = validate(
+            &options(&[
+                "--controller-start-interval=2s",
+                "--feature-gates=LoggingAlphaOptions=true",
+                "--log-text-split-stream",
+                "--enable-leader-migration",
+                "--kube-api-content-type=application/json",
+                "--version=v1.37.1",
+            ]),
+            &providers(),
+        )
+        .unwrap();
+        assert_eq!(
+            config.controller_config.controller_start_interval,
+            Duration::from_secs(2)
+        );
+        assert!(config.logging.split_stream);
+        let migration = config.leader_election.unwrap().migration.unwrap();
+        assert_eq!(migration.leader_name, "cloud-provider-extraction-migration");
+        assert_eq!(config.build_info.git_version, "v1.37.1");
+        assert_eq!(
+            config.configz["cloudcontrollermanager.config.k8s.io"]["Generic"]["ClientConnection"]["contentType"],
+            "application/json"
+        );
     }
 
     #[test]
