@@ -43,6 +43,11 @@ rm -rf "$logs"
   --manifest test/e2e/upstream-rbac.yaml \
   --service-account kube-system/cloud-controller-manager
 
+echo "--- upstream: every flag and feature gate of upstream's command is accepted (upstream $("$upstream" --version 2>&1 | head -n 1))"
+# shellcheck disable=SC2086 # FEATURES is a list of flags
+UPSTREAM_CCM="$upstream" \
+  "$cargo" test --workspace $features --locked --test upstream_flag_set -- --ignored
+
 echo "--- upstream: the differential controller suite (upstream $("$upstream" --version 2>&1 | head -n 1))"
 # The scenarios share the cluster: one at a time.
 # shellcheck disable=SC2086 # FEATURES is a list of flags

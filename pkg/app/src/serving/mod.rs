@@ -321,8 +321,9 @@ fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
     user
 }
 
-/// Binds the listening socket, with `SO_REUSEPORT` (`--permit-port-sharing`) and `SO_REUSEADDR`
-/// (`--permit-address-sharing`) when asked.
+/// Binds the listening socket, with `SO_REUSEPORT` when asked (`--permit-port-sharing`). `SO_REUSEADDR`
+/// (`--permit-address-sharing`) is set on Unix in any case, as Go's listeners (upstream's) set it, so that
+/// a restarted process binds its port at once despite connections of the previous one in TIME_WAIT.
 pub async fn bind(
     address: SocketAddr,
     reuse_port: bool,
@@ -333,7 +334,7 @@ pub async fn bind(
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
         };
-        if reuse_address {
+        if reuse_address || cfg!(unix) {
             socket.set_reuseaddr(true)?;
         }
         #[cfg(unix)]
