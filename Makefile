@@ -31,7 +31,7 @@ test-upstream: ## The differential suite: the same scenarios with upstream's CCM
 
 # In make test it runs after test-realkube: without a kubectl on PATH the script uses the one hack/realkube
 # builds, and it dry-runs every overlay on a control plane of its own when that is built.
-verify-manifests: ## Render every kustomize overlay of deploy/ and check it: parsing, kinds per mode, flags, RBAC equal to deploy/base/rbac.yaml.
+verify-manifests: ## Render every kustomize overlay and the Helm chart of deploy/ and check them: parsing, kinds per mode, flags, RBAC equal to deploy/base/rbac.yaml, the chart against cloud-provider-aws's, helm install and upgrade.
 	hack/verify-manifests.sh
 
 upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a fake cloud, cloud-provider-aws's CCM) from Go modules.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Renders every kustomize overlay of deploy/ with `kubectl kustomize` and checks what comes out:
+# Renders every kustomize overlay of deploy/ with `kubectl kustomize`, and the Helm chart
+# deploy/helm/cloud-controller-manager with `helm template` for every provider and mode, and checks what
+# comes out:
 #
 #   - every rendered document parses (kubectl converts the stream to JSON, offline);
 #   - the kinds of the overlay's mode, and what the mode promises: a Deployment of 2 replicas with
@@ -12,15 +14,21 @@
 #     deploy/base/rbac.yaml (the file the end-to-end suite checks against the requests the daemon
 #     really makes: the "RBAC honesty" case of test/e2e) plus the files of the table below, with
 #     the same rules;
-#   - with an API server at hand, every overlay passes `kubectl apply --dry-run=server` (schemas,
-#     unknown fields, defaulting, admission): VERIFY_MANIFESTS_KUBECONFIG, else a control plane of
-#     hack/realkube started for the check when target/realkube/bin/realkube is built (make
+#   - the chart: `helm lint`, and cloud-provider-aws's chart (from the module hack/upstream/aws pins)
+#     and this one rendered with test/helm/cloud-provider-aws-values.yaml (every key of that chart) give
+#     the same workload, pod spec, ServiceAccount, RBAC rules and subjects;
+#   - with an API server at hand, every overlay and chart render passes `kubectl apply
+#     --dry-run=server` (schemas, unknown fields, defaulting, admission), and the chart is installed
+#     and upgraded with helm (provider and mode changed), and a release of cloud-provider-aws's chart
+#     is upgraded to this chart with the same values: VERIFY_MANIFESTS_KUBECONFIG, else a control plane
+#     of hack/realkube started for the check when target/realkube/bin/realkube is built (make
 #     realkube); without either this step is skipped, loudly.
 #
 #   hack/verify-manifests.sh            (make verify-manifests; part of make test)
 #
-# kubectl: $KUBECTL, else kubectl on PATH, else target/realkube/bin/kubectl. The daemon of the flag
-# check: $CCM_BIN, else ${CARGO_TARGET_DIR:-target}/debug/cloud-controller-manager. Needs python3.
+# kubectl: $KUBECTL, else kubectl on PATH, else target/realkube/bin/kubectl. helm: built by
+# hack/helm/build.sh (needs Go). The daemon of the flag check: $CCM_BIN, else
+# ${CARGO_TARGET_DIR:-target}/debug/cloud-controller-manager. Needs python3.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -36,6 +44,17 @@ cases=(
   "digitalocean-daemonset  digitalocean  daemonset   deploy/components/digitalocean/rbac.yaml  digitalocean"
   "kind                    fake          deployment  -                                         -"
   "kind-daemonset          fake          daemonset   -                                         -"
+)
+# The chart, rendered for every provider and mode (the kustomize overlays' promises, with the chart's
+# priority class: system-node-critical for a DaemonSet, as cloud-provider-aws's chart).
+#   name  provider  mode  RBAC files besides deploy/base/rbac.yaml  Secrets  priority class  helm --set values
+chart_cases=(
+  "helm-aws                     aws           deployment  -                                                        -             system-cluster-critical  mode=Deployment,cloudConfig=[Global]"
+  "helm-aws-daemonset           aws           daemonset   -                                                        -             system-node-critical     hostNetworking=true,cloudConfig=[Global]"
+  "helm-digitalocean            digitalocean  deployment  deploy/components/digitalocean/rbac.yaml                 digitalocean  system-cluster-critical  mode=Deployment"
+  "helm-digitalocean-daemonset  digitalocean  daemonset   deploy/components/digitalocean/rbac.yaml                 digitalocean  system-node-critical     hostNetworking=true"
+  "helm-fake                    fake          deployment  -                                                        -             system-cluster-critical  mode=Deployment,cloudConfig=clusterID: helm"
+  "helm-fake-daemonset          fake          daemonset   -                                                        -             system-node-critical     hostNetworking=true,cloudConfig=clusterID: helm"
 )
 # Optional components, checked on top of an overlay: component  overlay  RBAC file it adds  argument it adds
 compositions=(
@@ -152,6 +171,48 @@ EOF
   specs+=("{\"name\":\"deploy/overlays/$overlay + components/$component\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$base_rbac" "$rbac"),\"external_secrets\":$secrets_json,\"args\":[\"$arg\"]}")
 done
 
+echo "--- the Helm chart"
+helm=$(hack/helm/build.sh | tail -n 1)
+chart=deploy/helm/cloud-controller-manager
+"$helm" lint --strict "$chart" >"$work/lint.log" 2>&1 || { cat "$work/lint.log" >&2; fail "helm lint $chart failed"; }
+echo "helm lint $chart: ok ($("$helm" version --short))"
+for c in "${chart_cases[@]}"; do
+  read -r name provider mode rbac secrets priority sets <<<"$c"
+  if ! "$helm" template ccm "$chart" --namespace kube-system --set "provider=$provider" --set-string "$sets" \
+      >"$work/$name.yaml" 2>"$work/error"; then
+    fail "helm template $chart ($name) failed: $(cat "$work/error")"
+  fi
+  to_json "$work/$name.yaml" "$work/$name.json"
+  echo "rendered $chart ($name): $(grep -c '^kind:' "$work/$name.yaml") objects"
+  secrets_json="[]"
+  [ "$secrets" != - ] && secrets_json="[\"$secrets\"]"
+  specs+=("{\"name\":\"$chart ($name)\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$rbac"),\"external_secrets\":$secrets_json,\"args\":[],\"priority\":\"$priority\"}")
+done
+# With --use-service-account-credentials in its arguments the chart adds the controllers' accounts.
+name=helm-fake+service-account-credentials
+"$helm" template ccm "$chart" --namespace kube-system --set provider=fake --set-string "cloudConfig=clusterID: helm" \
+  --set 'args={--cloud-provider=fake,--cloud-config=/etc/kubernetes/cloud-config/cloud-config,--leader-elect=true,--secure-port=10258,--use-service-account-credentials=true}' \
+  --set mode=Deployment >"$work/$name.yaml" 2>"$work/error" || fail "helm template ($name) failed: $(cat "$work/error")"
+to_json "$work/$name.yaml" "$work/$name.json"
+specs+=("{\"name\":\"$chart ($name)\",\"rendered\":\"$work/$name.json\",\"provider\":\"fake\",\"mode\":\"deployment\",\"rbac\":$(rbac_specs deploy/components/service-account-credentials/rbac.yaml),\"external_secrets\":[],\"args\":[\"--use-service-account-credentials=true\"]}")
+
+# cloud-provider-aws's chart, from the module the AWS peer pins, against this one with the same values.
+aws_module=$(sed -n 's#^[[:space:]]*k8s.io/cloud-provider-aws \(v[0-9.]*\)$#\1#p' hack/upstream/aws/go.mod)
+[ -n "$aws_module" ] || fail "hack/upstream/aws/go.mod does not pin k8s.io/cloud-provider-aws"
+upstream_dir=$(cd hack/upstream/aws && GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json "k8s.io/cloud-provider-aws@$aws_module" \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+upstream_chart="$upstream_dir/charts/aws-cloud-controller-manager"
+[ -f "$upstream_chart/Chart.yaml" ] || fail "no chart at $upstream_chart"
+values=test/helm/cloud-provider-aws-values.yaml
+mkdir -p "$work/upstream"
+"$helm" template aws-ccm "$upstream_chart" -f "$values" >"$work/upstream/theirs.yaml" \
+  || fail "cloud-provider-aws's chart does not render with $values"
+"$helm" template aws-ccm "$chart" -f "$values" >"$work/upstream/ours.yaml" || fail "$chart does not render with $values"
+to_json "$work/upstream/theirs.yaml" "$work/upstream/theirs.json"
+to_json "$work/upstream/ours.yaml" "$work/upstream/ours.json"
+python3 hack/lib/check-manifests.py --compare-upstream-chart "$work/upstream/theirs.json" "$work/upstream/ours.json" \
+  || fail "cloud-provider-aws $aws_module's chart and $chart render $values differently (above)"
+
 echo "--- checking the rendered objects"
 python3 hack/lib/check-manifests.py --readme README.md ${ccm_bin:+--ccm-bin "$ccm_bin"} "${specs[@]}" \
   || fail "the rendered manifests do not hold what they should (above)"
@@ -176,5 +237,29 @@ else
     fi
     echo "ok   $name: $(wc -l <"$work/apply.log") objects accepted"
   done
+  echo "--- helm install and upgrade"
+  k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+  h() { "$helm" --kubeconfig "$kubeconfig" "$@"; }
+  h install ccm "$chart" --namespace kube-system --set provider=fake --set-string "cloudConfig=clusterID: helm" \
+    >"$work/helm.log" 2>&1 || { cat "$work/helm.log" >&2; fail "helm install of $chart failed"; }
+  k -n kube-system get daemonset cloud-controller-manager >/dev/null || fail "helm install made no DaemonSet"
+  h upgrade ccm "$chart" --namespace kube-system --set provider=fake --set-string "cloudConfig=clusterID: helm" \
+    --set mode=Deployment --set 'args={--cloud-provider=fake,--cloud-config=/etc/kubernetes/cloud-config/cloud-config,--use-service-account-credentials}' \
+    >"$work/helm.log" 2>&1 || { cat "$work/helm.log" >&2; fail "helm upgrade of $chart failed"; }
+  k -n kube-system get deployment cloud-controller-manager >/dev/null || fail "helm upgrade made no Deployment"
+  ! k -n kube-system get daemonset cloud-controller-manager >/dev/null 2>&1 || fail "helm upgrade left the DaemonSet"
+  k -n kube-system get serviceaccount node-controller >/dev/null || fail "helm upgrade made no controller ServiceAccounts"
+  echo "ok   helm install (DaemonSet) and upgrade (Deployment, service account credentials) of $chart"
+  h uninstall ccm --namespace kube-system >/dev/null || fail "helm uninstall failed"
+  # An operator's switch: the release of cloud-provider-aws's chart upgraded to this chart, same values.
+  k create namespace cloud-controllers >/dev/null
+  h install aws-ccm "$upstream_chart" -f "$values" --namespace cloud-controllers >"$work/helm.log" 2>&1 \
+    || { cat "$work/helm.log" >&2; fail "helm install of cloud-provider-aws's chart failed"; }
+  h upgrade aws-ccm "$chart" -f "$values" --namespace cloud-controllers >"$work/helm.log" 2>&1 \
+    || { cat "$work/helm.log" >&2; fail "helm upgrade from cloud-provider-aws's chart to $chart failed"; }
+  [ "$(h list --namespace cloud-controllers -o json | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["chart"])')" \
+    = "cloud-controller-manager-$(sed -n 's/^version: //p' "$chart/Chart.yaml")" ] || fail "the release does not run $chart after the upgrade"
+  k -n cloud-controllers get daemonset aws-ccm >/dev/null || fail "the upgrade lost the DaemonSet aws-ccm"
+  echo "ok   a release of cloud-provider-aws $aws_module's chart upgraded to $chart with the same values"
 fi
 echo "verify-manifests: ok"

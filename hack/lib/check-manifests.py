@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Checks the rendered kustomize overlays of deploy/ (called by hack/verify-manifests.sh).
+"""Checks the rendered kustomize overlays and Helm chart of deploy/ (called by hack/verify-manifests.sh).
 
-Each rendered overlay arrives as a stream of JSON objects (kubectl's conversion of the YAML that
-`kubectl kustomize` printed), and so do the RBAC files it must render exactly. Standard library
-only.
+Each rendered overlay or chart arrives as a stream of JSON objects (kubectl's conversion of the YAML that
+`kubectl kustomize` or `helm template` printed), and so do the RBAC files it must render exactly.
+Standard library only.
 
     check-manifests.py --readme README.md [--ccm-bin PATH] CASE...
+    check-manifests.py --compare-upstream-chart UPSTREAM.json OURS.json
 
 where each CASE is a JSON object: {"name", "rendered" (file), "provider", "mode" (deployment or
 daemonset), "rbac" (files whose RBAC objects the overlay must render, no more and no fewer),
-"external_secrets" (Secrets the operator creates), "args" (flags the container must have)}.
+"external_secrets" (Secrets the operator creates), "args" (flags the container must have),
+"priority" (the pods' priority class; default system-cluster-critical)}. The second form checks that
+cloud-provider-aws's chart and this project's, rendered with the same values file, give the same
+workload, pod spec, ServiceAccount and RBAC.
 """
 
 import argparse
@@ -92,7 +96,10 @@ def rbac_essence(obj):
         return {"rules": sorted(rules, key=lambda r: json.dumps(r, sort_keys=True)),
                 "aggregationRule": obj.get("aggregationRule")}
     if kind in ("RoleBinding", "ClusterRoleBinding"):
-        subjects = sorted((obj.get("subjects") or []), key=lambda s: json.dumps(s, sort_keys=True))
+        # A ServiceAccount subject's API group is the core group, written or not.
+        subjects = [{"apiGroup": "", **s} if s.get("kind") == "ServiceAccount" else s
+                    for s in obj.get("subjects") or []]
+        subjects = sorted(subjects, key=lambda s: json.dumps(s, sort_keys=True))
         return {"roleRef": obj.get("roleRef"), "subjects": subjects}
     # A ServiceAccount grants nothing by itself; only its existence counts (and its annotations,
     # e.g. for cloud identity, may differ).
@@ -224,8 +231,9 @@ class Case:
         account = pod.get("serviceAccountName")
         if account not in by_kind.get("ServiceAccount", {}):
             self.fail(f"{where}: serviceAccountName {account!r} is not rendered")
-        if pod.get("priorityClassName") != "system-cluster-critical":
-            self.fail(f"{where}: priorityClassName {pod.get('priorityClassName')!r}, expected system-cluster-critical")
+        priority = self.spec.get("priority", "system-cluster-critical")
+        if pod.get("priorityClassName") != priority:
+            self.fail(f"{where}: priorityClassName {pod.get('priorityClassName')!r}, expected {priority}")
         keys = {t.get("key") for t in pod.get("tolerations") or []}
         for key in REQUIRED_TOLERATIONS:
             if key not in keys:
@@ -356,12 +364,84 @@ class Case:
                     self.fail(f"{where}: --cloud-config={path}: the ConfigMap has no key {file!r} ({sorted(data)})")
 
 
+# What cloud-provider-aws's chart sets in its workload's pod template, compared field by field.
+UPSTREAM_POD_FIELDS = ["serviceAccountName", "priorityClassName", "dnsPolicy", "hostNetwork", "nodeSelector",
+                       "tolerations", "securityContext", "imagePullSecrets", "volumes"]
+UPSTREAM_CONTAINER_FIELDS = ["image", "args", "env", "resources", "securityContext", "volumeMounts"]
+
+
+def upstream_chart_differences(upstream, ours):
+    """What the two charts' renders of one values file do not share: workload, pod spec, ServiceAccount,
+    RBAC rules and subjects (names and kinds of upstream's objects; ours may have more)."""
+    errors = []
+
+    def only(objects, kind):
+        found = [o for o in objects if o.get("kind") == kind]
+        return found[0] if len(found) == 1 else None
+
+    up_workload, our_workload = only(upstream, "DaemonSet"), only(ours, "DaemonSet")
+    if up_workload is None or our_workload is None:
+        return [f"expected one DaemonSet in each render, found upstream {up_workload is not None}, ours "
+                f"{our_workload is not None}"]
+    for field in ("name", "namespace"):
+        if up_workload["metadata"].get(field) != our_workload["metadata"].get(field):
+            errors.append(f"DaemonSet {field}: upstream {up_workload['metadata'].get(field)!r}, ours "
+                          f"{our_workload['metadata'].get(field)!r}")
+    if up_workload["spec"].get("selector") != our_workload["spec"].get("selector"):
+        errors.append(f"selector: upstream {up_workload['spec'].get('selector')}, ours "
+                      f"{our_workload['spec'].get('selector')} (an upgrade from upstream's chart needs the same)")
+    up_template, our_template = up_workload["spec"]["template"], our_workload["spec"]["template"]
+    up_annotations = (up_template.get("metadata") or {}).get("annotations") or {}
+    our_annotations = (our_template.get("metadata") or {}).get("annotations") or {}
+    for key, value in up_annotations.items():
+        if our_annotations.get(key) != value:
+            errors.append(f"pod annotation {key}: upstream {value!r}, ours {our_annotations.get(key)!r}")
+    for field in UPSTREAM_POD_FIELDS:
+        if up_template["spec"].get(field) != our_template["spec"].get(field):
+            errors.append(f"pod spec.{field}: upstream {json.dumps(up_template['spec'].get(field))}, ours "
+                          f"{json.dumps(our_template['spec'].get(field))}")
+    up_container = up_template["spec"]["containers"][0]
+    our_container = our_template["spec"]["containers"][0]
+    for field in UPSTREAM_CONTAINER_FIELDS:
+        if up_container.get(field) != our_container.get(field):
+            errors.append(f"container {field}: upstream {json.dumps(up_container.get(field))}, ours "
+                          f"{json.dumps(our_container.get(field))}")
+
+    def by_ident(objects, kinds):
+        return {(o["kind"], o["metadata"]["name"]): o for o in objects if o.get("kind") in kinds}
+
+    our_objects = by_ident(ours, RBAC_KINDS)
+    for key, up in by_ident(upstream, RBAC_KINDS).items():
+        mine = our_objects.get(key)
+        if mine is None:
+            errors.append(f"{key[0]}/{key[1]} of upstream's chart is not rendered")
+            continue
+        if key[0] == "ServiceAccount":
+            for field in ("namespace", "annotations"):
+                if up["metadata"].get(field) != mine["metadata"].get(field):
+                    errors.append(f"ServiceAccount {field}: upstream {up['metadata'].get(field)!r}, ours "
+                                  f"{mine['metadata'].get(field)!r}")
+        elif rbac_essence(up) != rbac_essence(mine):
+            errors.append(f"{key[0]}/{key[1]}:" + describe_difference(rbac_essence(mine), rbac_essence(up)))
+    return errors
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--readme", required=True)
+    parser.add_argument("--readme")
     parser.add_argument("--ccm-bin")
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("--compare-upstream-chart", nargs=2, metavar=("UPSTREAM", "OURS"))
+    parser.add_argument("cases", nargs="*")
     options = parser.parse_args()
+    if options.compare_upstream_chart:
+        upstream, ours = (load_stream(path) for path in options.compare_upstream_chart)
+        errors = upstream_chart_differences(upstream, ours)
+        for error in errors:
+            print(f"  - {error}")
+        print("FAIL" if errors else "ok  ", "cloud-provider-aws's chart and deploy/helm with the same values")
+        return 1 if errors else 0
+    if not options.readme or not options.cases:
+        parser.error("--readme and at least one CASE are needed")
     flags = readme_flags(options.readme)
     failed = 0
     for raw in options.cases:
