@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build test test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
+.PHONY: help build build-arm64 test test-arm64 test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -15,13 +15,20 @@ help: ## List the targets.
 build: ## Build every crate and binary.
 	$(CARGO) build --workspace $(FEATURES) --all-targets --locked
 
-test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the real-Kubernetes suites, the manifests and the upstream suites.
+build-arm64: ## The release daemon for arm64 Linux with every provider (target/arm64/release/cloud-controller-manager; needs gcc-aarch64-linux-gnu).
+	hack/build-release.sh arm64 aws,digitalocean,fake target/arm64/release/cloud-controller-manager
+
+test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, integration and end-to-end tests, then the arm64 build, the real-Kubernetes suites, the manifests and the upstream suites.
 	@# The kubectl tests run the kubectl on PATH, else the one hack/realkube builds beside the control plane.
 	hack/realkube/build.sh >/dev/null
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
+	$(MAKE) --no-print-directory test-arm64
 	$(MAKE) --no-print-directory test-realkube
 	$(MAKE) --no-print-directory verify-manifests
 	$(MAKE) --no-print-directory test-upstream
+
+test-arm64: ## The arm64 daemon (dev build) under qemu: --version, a node initialized, a clean stop (needs gcc-aarch64-linux-gnu, qemu-user).
+	hack/arm64-smoke.sh
 
 test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test.sh

@@ -4,7 +4,7 @@
 # require_go NAME WHAT: exits with a message naming what Go is needed for when `go` is missing.
 require_go() {
   if ! command -v go >/dev/null 2>&1; then
-    echo "$1: 'go' is not installed; install Go 1.25 or newer (https://go.dev/doc/install, or the golang" >&2
+    echo "$1: 'go' is not installed; install Go 1.26 or newer (https://go.dev/doc/install, or the golang" >&2
     echo "$1: package of your distribution) to build $2" >&2
     exit 1
   fi

@@ -5,7 +5,8 @@
 //!   a time, as Go's.
 //! - `/debug/pprof/heap` is jemalloc's sample of the live heap (one sample per 512 KiB allocated, Go's
 //!   rate), when the daemon allocates through jemalloc (the binary's default); sampling starts with the
-//!   process when `--profiling` is on.
+//!   process when `--profiling` is on, except in a static musl build, where jemalloc's sampling crashes
+//!   now and then (its unwinder), so the heap is not sampled there.
 //!
 //! Go's other profiles (goroutine, block, mutex, threadcreate, trace) have no Rust counterpart: those
 //! names answer 404 `Unknown profile`, as Go does for a name it does not know.
@@ -49,7 +50,12 @@ pub enum ProfileError {
 /// Starts sampling the heap, when the daemon allocates through jemalloc built with profiling. Logs why
 /// not otherwise.
 pub async fn start_heap_sampling() {
-    #[cfg(feature = "heap-profiling")]
+    #[cfg(all(feature = "heap-profiling", target_env = "musl"))]
+    tracing::info!(
+        "heap profiles are not available in a static musl build: jemalloc's sampling is not reliable \
+         there (the release images are glibc builds)"
+    );
+    #[cfg(all(feature = "heap-profiling", not(target_env = "musl")))]
     {
         let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref() else {
             tracing::info!(
