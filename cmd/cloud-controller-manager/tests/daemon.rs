@@ -445,6 +445,76 @@ async fn serves_health_and_metrics_over_tls_with_delegated_auth() {
     assert_eq!(status.code(), Some(0), "log:\n{}", daemon.log());
 }
 
+/// `--profiling` (on by default): `/debug/flags/v` changes the log verbosity of the running daemon and
+/// `/debug/pprof/` serves a CPU profile and jemalloc's heap profile (gzipped pprof); `/configz` has the
+/// effective configuration, `kubernetes_build_info` the build. The paths are always-allowed here so the
+/// test needs no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debugging_handlers_change_the_verbosity_and_serve_profiles() {
+    let server = apiserver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::spawn(
+        &server,
+        dir.path(),
+        "ccm",
+        &[
+            "--leader-elect=false",
+            "--node-monitor-period=100ms",
+            "--authorization-always-allow-paths=/healthz,/debug/*,/configz",
+        ],
+    );
+    daemon.wait_serving().await;
+    let client = endpoint_client(&daemon.url(), None);
+    let send = |request: http::Request<kube::client::Body>| {
+        let client = client.clone();
+        async move {
+            let response = client.send(request).await.unwrap();
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = response.into_body().collect_bytes().await.unwrap().to_vec();
+            (status, headers, body)
+        }
+    };
+    assert!(!daemon.log().contains(" DEBUG "), "{}", daemon.log());
+    let put = http::Request::put("/debug/flags/v")
+        .body(kube::client::Body::from(b"4".to_vec()))
+        .unwrap();
+    let (status, _, body) = send(put).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).into_owned()),
+        (200, "successfully set klog.logging.verbosity to 4\n".to_string())
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.log().contains(" DEBUG ") {
+        assert!(Instant::now() < deadline, "no debug line after -v 4:\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let get = |path: &str| {
+        http::Request::get(path)
+            .body(kube::client::Body::empty())
+            .unwrap()
+    };
+    let (status, headers, heap) = send(get("/debug/pprof/heap")).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&heap));
+    assert_eq!(headers["content-type"], "application/octet-stream");
+    assert_eq!(&heap[..2], &[0x1f, 0x8b], "a gzipped pprof profile");
+    let (status, _, profile) = send(get("/debug/pprof/profile?seconds=1")).await;
+    assert_eq!(status, 200);
+    assert!(!profile.is_empty());
+    let (status, _, configz) = send(get("/configz")).await;
+    assert_eq!(status, 200);
+    let configz: serde_json::Value = serde_json::from_slice(&configz).unwrap();
+    let config = &configz["cloudcontrollermanager.config.k8s.io"];
+    assert_eq!(config["KubeCloudShared"]["CloudProvider"]["Name"], "fake");
+    assert_eq!(config["NodeLifecycleController"]["NodeMonitorPeriod"], "100ms");
+    assert_eq!(config["Generic"]["LeaderElection"]["leaderElect"], false);
+
+    daemon.signal("TERM");
+    let status = daemon.wait_exit(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(0), "log:\n{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_between_processes() {
     let server = apiserver().await;
