@@ -482,11 +482,18 @@ async fn debugging_handlers_change_the_verbosity_and_serve_profiles() {
     let (status, _, body) = send(put).await;
     assert_eq!(
         (status, String::from_utf8_lossy(&body).into_owned()),
-        (200, "successfully set klog.logging.verbosity to 4\n".to_string())
+        (
+            200,
+            "successfully set klog.logging.verbosity to 4\n".to_string()
+        )
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !daemon.log().contains(" DEBUG ") {
-        assert!(Instant::now() < deadline, "no debug line after -v 4:\n{}", daemon.log());
+        assert!(
+            Instant::now() < deadline,
+            "no debug line after -v 4:\n{}",
+            daemon.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -507,7 +514,10 @@ async fn debugging_handlers_change_the_verbosity_and_serve_profiles() {
     let configz: serde_json::Value = serde_json::from_slice(&configz).unwrap();
     let config = &configz["cloudcontrollermanager.config.k8s.io"];
     assert_eq!(config["KubeCloudShared"]["CloudProvider"]["Name"], "fake");
-    assert_eq!(config["NodeLifecycleController"]["NodeMonitorPeriod"], "100ms");
+    assert_eq!(
+        config["NodeLifecycleController"]["NodeMonitorPeriod"],
+        "100ms"
+    );
     assert_eq!(config["Generic"]["LeaderElection"]["leaderElect"], false);
 
     daemon.signal("TERM");

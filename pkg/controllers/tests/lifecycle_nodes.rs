@@ -168,8 +168,11 @@ async fn lifecycle_shutdown_taint_is_removed_when_ready_again() {
     h.stop().await.unwrap();
 }
 
+/// Three of four nodes gone at the default 50%: the first pass deletes two (50% of 4), reports the third
+/// with a Warning event, and a later pass deletes it (of 2 nodes left, one may go): the deletions are
+/// slowed, never stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_deletion_guard_refuses_to_delete_too_many_nodes() {
+async fn lifecycle_deletions_are_rate_limited_and_converge() {
     let (h, cloud) = start(test_config(), &["keep-1", "lost-1", "lost-2", "lost-3"]).await;
     for name in ["keep-1", "lost-1", "lost-2", "lost-3"] {
         let ready = if name == "keep-1" { "True" } else { "Unknown" };
@@ -182,17 +185,17 @@ async fn lifecycle_deletion_guard_refuses_to_delete_too_many_nodes() {
     for name in ["lost-1", "lost-2", "lost-3"] {
         cloud.terminate_instance(name).unwrap();
     }
-    wait_until(TIMEOUT, "guard tripped twice", || async {
-        h.metrics.node_lifecycle_deletion_guard_trips.get() >= 2
+    wait_until(TIMEOUT, "every lost node deleted", || async {
+        get_node(&h.client, "lost-3").await.is_none()
     })
     .await;
-    for name in ["keep-1", "lost-1", "lost-2", "lost-3"] {
-        assert!(
-            get_node(&h.client, name).await.is_some(),
-            "{name} must not be deleted"
-        );
+    for name in ["lost-1", "lost-2"] {
+        assert!(get_node(&h.client, name).await.is_none(), "{name}");
     }
-    wait_until(TIMEOUT, "guard event", || async {
+    assert!(get_node(&h.client, "keep-1").await.is_some());
+    assert_eq!(h.metrics.node_lifecycle_nodes_deleted.get(), 3);
+    assert!(h.metrics.node_lifecycle_deletion_guard_trips.get() >= 1);
+    wait_until(TIMEOUT, "rate event", || async {
         !events_with_reason(&h.client, "DeletionGuardTripped")
             .await
             .is_empty()
@@ -202,15 +205,52 @@ async fn lifecycle_deletion_guard_refuses_to_delete_too_many_nodes() {
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
     let note = events[0].note.clone().unwrap_or_default();
     assert!(
-        note.contains("3 of 4 nodes") && note.contains("50%"),
+        note.contains("3 of 4 nodes")
+            && note.contains("deleting 2 this pass")
+            && note.contains("50%")
+            && note.contains("the other 1 in later passes"),
         "{note}"
     );
-    assert!(
-        events_with_reason(&h.client, "DeletingNode")
-            .await
-            .is_empty()
+    assert_eq!(
+        events[0].regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("lost-3")
     );
-    assert_eq!(h.metrics.node_lifecycle_nodes_deleted.get(), 0);
+    h.stop().await.unwrap();
+}
+
+/// At 1%, 60 of 100 nodes gone go one per pass: never more than the rate allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_deletions_never_exceed_the_rate() {
+    let names: Vec<String> = (0..100).map(|i| format!("n-{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let config = ControllerConfig {
+        node_deletion_max_percent: cloud_controllers::Percent::new(1).unwrap(),
+        ..test_config()
+    };
+    let (h, cloud) = start(config, &refs).await;
+    for (i, name) in names.iter().enumerate() {
+        let ready = if i < 60 { "Unknown" } else { "True" };
+        create_node(&h.client, &initialized_node(name, ready, vec![])).await;
+    }
+    wait_until(TIMEOUT, "first pass", || async {
+        cloud.call_count("instance_states") >= 1
+    })
+    .await;
+    for name in &names[..60] {
+        cloud.terminate_instance(name).unwrap();
+    }
+    let passes_before = cloud.call_count("instance_states");
+    wait_until(TIMEOUT, "five deletions", || async {
+        h.metrics.node_lifecycle_nodes_deleted.get() >= 5
+    })
+    .await;
+    // Each pass makes two bulk state calls (the check and the second look) and deletes one node.
+    let passes = (cloud.call_count("instance_states") - passes_before).div_ceil(2);
+    assert!(
+        h.metrics.node_lifecycle_nodes_deleted.get() <= passes as u64 + 1,
+        "{} deletions in {passes} passes",
+        h.metrics.node_lifecycle_nodes_deleted.get()
+    );
     h.stop().await.unwrap();
 }
 

@@ -920,8 +920,8 @@ async fn check_end_state(
     match scenario.kind {
         Kind::NodeInit => check_initialized(&client, scenario.objects, failures).await,
         Kind::Lifecycle => {
-            if daemon.log_contains("node deletion guard tripped") {
-                failures.push("the node deletion guard tripped".to_string());
+            if daemon.log_contains("node deletion rate limited") {
+                failures.push("the node deletion rate was reached".to_string());
             }
             check_lifecycle(&client, scenario.objects, explicit, failures).await
         }

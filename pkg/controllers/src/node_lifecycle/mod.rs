@@ -4,9 +4,11 @@
 //! - Ready nodes lose the `node.cloudprovider.kubernetes.io/shutdown` taint if they have it.
 //! - NotReady nodes whose instance is shut down get that taint (`NoSchedule`).
 //! - NotReady nodes whose instance no longer exists are deleted (Normal event `DeletingNode`; a failed delete
-//!   emits Warning `DeletingNodeFailed`), unless that would delete more than `--node-deletion-max-percent`
-//!   of all nodes in one pass: then none is deleted, a Warning event `DeletionGuardTripped` is emitted and
-//!   the reason is logged. A broken cloud answer must not empty the cluster.
+//!   emits Warning `DeletingNodeFailed`) at a bounded rate: one pass deletes at most
+//!   `--node-deletion-max-percent` of all nodes, and never fewer than one; the others wait for later passes,
+//!   with a Warning event `DeletionGuardTripped` and a log line saying how many. A mass disappearance (a
+//!   broken cloud answer, a pool scaled to zero) is slowed and reported, and still converges: a one-node
+//!   cluster loses its node, two of three nodes go in two passes.
 //!
 //! The cloud is asked with bulk `instance_states` calls (one per chunk of NotReady nodes) when the provider
 //! has `InstancesV2`, instead of one or two calls per node.
@@ -61,29 +63,10 @@ pub fn has_shutdown_taint(node: &CachedNode) -> bool {
     node.taints.iter().any(is_shutdown_taint)
 }
 
-/// The outcome of the deletion guard for one pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GuardDecision {
-    /// Delete every candidate.
-    Allow,
-    /// Delete none: the candidates exceed the allowed share.
-    Refuse {
-        /// Most nodes one pass may delete.
-        limit: usize,
-    },
-}
-
-/// Decides whether `candidates` deletions out of `total` nodes stay within `max_percent` percent of all
-/// nodes (`candidates * 100 <= total * max_percent`).
-pub fn deletion_guard(candidates: usize, total: usize, max_percent: Percent) -> GuardDecision {
-    let max_percent = max_percent.get() as usize;
-    if candidates == 0 || candidates.saturating_mul(100) <= total.saturating_mul(max_percent) {
-        GuardDecision::Allow
-    } else {
-        GuardDecision::Refuse {
-            limit: total.saturating_mul(max_percent) / 100,
-        }
-    }
+/// The most nodes one pass may delete out of `total`: `max_percent` percent of them, rounded down, and at
+/// least one (a share that rounds to zero would keep a gone node forever).
+pub fn deletion_budget(total: usize, max_percent: Percent) -> usize {
+    (total.saturating_mul(max_percent.get() as usize) / 100).max(1)
 }
 
 /// The merge patch that sets the node's taints to `taints`, guarded by its resourceVersion.
@@ -230,44 +213,46 @@ impl CloudNodeLifecycleController {
         summary
     }
 
-    /// Deletes the nodes of `gone` (of `total` nodes) unless the deletion guard refuses; returns how many
-    /// were deleted and how many the guard kept.
+    /// Deletes the nodes of `gone` (of `total` nodes), at most [`deletion_budget`] of them (by name); the
+    /// others wait for later passes, reported. Returns how many were deleted and how many wait.
     async fn delete_if_allowed(&self, gone: &[Arc<CachedNode>], total: usize) -> (usize, usize) {
-        match deletion_guard(gone.len(), total, self.ctx.config.node_deletion_max_percent) {
-            GuardDecision::Allow => (self.delete_nodes(gone).await, 0),
-            GuardDecision::Refuse { limit } => {
-                self.ctx.metrics.node_lifecycle_deletion_guard_trips.inc();
-                let pct = self.ctx.config.node_deletion_max_percent;
-                let message = format!(
-                    "Refusing to delete {} of {} nodes whose instances the cloud reports gone: one pass may delete at most {}% ({} nodes, --node-deletion-max-percent); no node was deleted",
-                    gone.len(),
-                    total,
-                    pct,
-                    limit
-                );
-                let mut names: Vec<&str> = gone.iter().map(|n| n.name()).collect();
-                names.sort();
-                tracing::warn!(
-                    candidates = gone.len(),
-                    nodes = total,
-                    max_percent = pct.get(),
-                    limit,
-                    first = ?names.iter().take(10).collect::<Vec<_>>(),
-                    "node deletion guard tripped: {message}"
-                );
-                if let Some(first) = gone.iter().min_by_key(|n| n.name()) {
-                    self.record_failure(first.name(), &message);
-                    self.recorder.publish(
-                        &first.object_reference(),
-                        EventType::Warning,
-                        "DeletionGuardTripped",
-                        "DeleteNode",
-                        message,
-                    );
-                }
-                (0, gone.len())
-            }
+        let pct = self.ctx.config.node_deletion_max_percent;
+        let budget = deletion_budget(total, pct);
+        if gone.len() <= budget {
+            return (self.delete_nodes(gone).await, 0);
         }
+        let mut gone: Vec<Arc<CachedNode>> = gone.to_vec();
+        gone.sort_by(|a, b| a.name().cmp(b.name()));
+        let (now, later) = gone.split_at(budget);
+        self.ctx.metrics.node_lifecycle_deletion_guard_trips.inc();
+        let message = format!(
+            "{} of {} nodes have instances the cloud reports gone: deleting {} this pass (at most {}% of the \
+             nodes per pass, --node-deletion-max-percent), the other {} in later passes",
+            gone.len(),
+            total,
+            now.len(),
+            pct,
+            later.len()
+        );
+        tracing::warn!(
+            candidates = gone.len(),
+            nodes = total,
+            max_percent = pct.get(),
+            budget,
+            waiting = ?later.iter().take(10).map(|n| n.name()).collect::<Vec<_>>(),
+            "node deletion rate limited: {message}"
+        );
+        if let Some(first) = later.first() {
+            self.record_failure(first.name(), &message);
+            self.recorder.publish(
+                &first.object_reference(),
+                EventType::Warning,
+                "DeletionGuardTripped",
+                "DeleteNode",
+                message,
+            );
+        }
+        (self.delete_nodes(now).await, later.len())
     }
 
     /// The nodes of `missing` (their instances not found this pass) to delete: those past
@@ -508,32 +493,24 @@ mod tests {
     }
 
     #[test]
-    fn guard_arithmetic() {
-        assert_eq!(deletion_guard(0, 0, pct(50)), GuardDecision::Allow);
-        assert_eq!(deletion_guard(0, 10, pct(0)), GuardDecision::Allow);
-        assert_eq!(deletion_guard(5, 10, pct(50)), GuardDecision::Allow);
+    fn deletion_budget_is_a_share_and_never_zero() {
+        assert_eq!(deletion_budget(10, pct(50)), 5);
         assert_eq!(
-            deletion_guard(6, 10, pct(50)),
-            GuardDecision::Refuse { limit: 5 }
+            deletion_budget(1, pct(50)),
+            1,
+            "a one-node cluster loses its node"
         );
-        assert_eq!(deletion_guard(1, 2, pct(50)), GuardDecision::Allow);
+        assert_eq!(deletion_budget(3, pct(50)), 1);
         assert_eq!(
-            deletion_guard(1, 1, pct(50)),
-            GuardDecision::Refuse { limit: 0 }
+            deletion_budget(10, pct(0)),
+            1,
+            "the slowest rate: one node a pass"
         );
-        assert_eq!(
-            deletion_guard(1, 10, pct(0)),
-            GuardDecision::Refuse { limit: 0 }
-        );
-        assert_eq!(deletion_guard(10, 10, pct(100)), GuardDecision::Allow);
-        assert_eq!(
-            deletion_guard(3, 1000, pct(0)),
-            GuardDecision::Refuse { limit: 0 }
-        );
-        assert_eq!(
-            deletion_guard(334, 1000, pct(33)),
-            GuardDecision::Refuse { limit: 330 }
-        );
+        assert_eq!(deletion_budget(10, pct(100)), 10);
+        assert_eq!(deletion_budget(1000, pct(33)), 330);
+        assert_eq!(deletion_budget(0, pct(50)), 1);
+        // 2 of 3 gone at 50%: one this pass (of 3), the other the next (of 2).
+        assert_eq!(deletion_budget(3, pct(50)) + deletion_budget(2, pct(50)), 2);
     }
 
     fn node(ready: Option<&str>, taints: Vec<Taint>) -> CachedNode {
