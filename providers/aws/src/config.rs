@@ -187,7 +187,54 @@ pub struct CloudConfig {
     /// `...Path`: how load balancers (classic and network) of `externalTrafficPolicy: Cluster` Services check
     /// nodes.
     pub cluster_health_probe: ClusterHealthProbe,
+    /// `NLBSecurityGroupMode = Managed`: each network load balancer gets a security group of its own, which
+    /// admits its clients (see [`crate::load_balancer::nlb_security_group`]).
+    pub nlb_security_group_managed: bool,
+    /// `SupportedTopologyInstanceTypePattern`: instance types whose nodes must get their network topology
+    /// labels (`topology.k8s.aws/network-node-layer-N`) before they are initialized.
+    pub topology_instance_types: TopologyPattern,
 }
+
+/// The instance types that support EC2's instance topology, as a regular expression (upstream's default
+/// when not configured).
+#[derive(Debug, Clone)]
+pub struct TopologyPattern(regex::Regex);
+
+/// Upstream's default `SupportedTopologyInstanceTypePattern`.
+pub const DEFAULT_TOPOLOGY_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$";
+
+impl TopologyPattern {
+    /// The pattern `text`.
+    pub fn new(text: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(text).map(TopologyPattern)
+    }
+
+    /// Whether instances of `instance_type` must have a topology.
+    pub fn matches(&self, instance_type: &str) -> bool {
+        self.0.is_match(instance_type)
+    }
+
+    /// The pattern's text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl Default for TopologyPattern {
+    fn default() -> Self {
+        TopologyPattern(
+            regex::Regex::new(DEFAULT_TOPOLOGY_PATTERN).expect("the default pattern parses"),
+        )
+    }
+}
+
+impl PartialEq for TopologyPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for TopologyPattern {}
 
 /// How load balancers of `externalTrafficPolicy: Cluster` Services check their nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -230,6 +277,8 @@ impl Default for CloudConfig {
             security_group_rules_limit: None,
             service_overrides: Vec::new(),
             cluster_health_probe: ClusterHealthProbe::default(),
+            nlb_security_group_managed: false,
+            topology_instance_types: TopologyPattern::default(),
         }
     }
 }
@@ -474,15 +523,6 @@ impl Value<'_> {
         Ok(text)
     }
 
-    fn unsupported(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Unsupported {
-            section: self.section.to_string(),
-            key: self.key.to_string(),
-            line: self.entry.line,
-            reason: reason.into(),
-        }
-    }
-
     fn bool(&self) -> Result<bool, ConfigError> {
         match self.entry.value.as_deref().map(str::trim) {
             None => Ok(true),
@@ -644,12 +684,12 @@ impl CloudConfig {
             GlobalKey::RoleArn => self.role_arn = Some(role_arn(v)?),
             GlobalKey::SourceArn => self.source_arn = Some(v.word()?),
             GlobalKey::TopologyPattern => {
-                return Err(v.unsupported(
-                    "this provider does not write topology.k8s.aws/network-node-layer labels, so the \
-                     instance types that need them cannot be chosen",
-                ));
+                self.topology_instance_types = TopologyPattern::new(v.text().trim())
+                    .map_err(|err| v.invalid(format!("not a regular expression: {err}")))?
             }
-            GlobalKey::NlbSecurityGroupMode => nlb_security_group_mode(v)?,
+            GlobalKey::NlbSecurityGroupMode => {
+                self.nlb_security_group_managed = nlb_security_group_mode(v)?
+            }
             GlobalKey::KubernetesClusterTag => {
                 self.kubernetes_cluster_tag = Some(legacy_cluster_id(v)?)
             }
@@ -738,14 +778,13 @@ fn role_arn(v: &Value<'_>) -> Result<String, ConfigError> {
     Ok(arn)
 }
 
-/// `NLBSecurityGroupMode`: only empty (no security group, as upstream) is supported.
-fn nlb_security_group_mode(v: &Value<'_>) -> Result<(), ConfigError> {
+/// `NLBSecurityGroupMode`: empty (network load balancers get no security group) or `Managed`, exactly as
+/// upstream spells it. Upstream finds a bad value only when it syncs a network load balancer (and then fails
+/// every one); here it stops start-up.
+fn nlb_security_group_mode(v: &Value<'_>) -> Result<bool, ConfigError> {
     match v.text().trim() {
-        "" => Ok(()),
-        "Managed" => Err(v.unsupported(
-            "managed security groups of network load balancers are not implemented \
-             (leave it unset: network load balancers then get no security group, as upstream)",
-        )),
+        "" => Ok(false),
+        "Managed" => Ok(true),
         other => Err(v.invalid(format!(
             "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
         ))),
@@ -1018,7 +1057,8 @@ SecurityGroupRulesLimit = 200
 ClusterServiceLoadBalancerHealthProbeMode = Shared
 ClusterServiceSharedLoadBalancerHealthProbePort = 8080
 ClusterServiceSharedLoadBalancerHealthProbePath = /ready
-NLBSecurityGroupMode =
+NLBSecurityGroupMode = Managed
+SupportedTopologyInstanceTypePattern = ^(p5|trn2)\\..*$
 "#,
         )
         .unwrap();
@@ -1045,6 +1085,9 @@ NLBSecurityGroupMode =
         assert_eq!(cfg.instance_cache_ttl, Duration::from_secs(120));
         assert_eq!(cfg.security_group_rules_limit, Some(200));
         assert_eq!(cfg.security_group_rules_limit(), 200);
+        assert!(cfg.nlb_security_group_managed);
+        assert!(cfg.topology_instance_types.matches("p5.48xlarge"));
+        assert!(!cfg.topology_instance_types.matches("p4d.24xlarge"));
         assert_eq!(
             cfg.cluster_health_probe,
             ClusterHealthProbe::Shared {
@@ -1104,19 +1147,10 @@ NLBSecurityGroupMode =
     fn keys_that_cannot_be_honoured() {
         let cases: &[(&str, &[&str])] = &[
             (
-                "[Global]\nSupportedTopologyInstanceTypePattern = ^p5.*$\n",
+                "[Global]\nSupportedTopologyInstanceTypePattern = ^p5.*($\n",
                 &[
                     "SupportedTopologyInstanceTypePattern",
-                    "not supported",
-                    "topology",
-                ],
-            ),
-            (
-                "[Global]\nNLBSecurityGroupMode = Managed\n",
-                &[
-                    "NLBSecurityGroupMode",
-                    "not supported",
-                    "managed security groups",
+                    "not a regular expression",
                 ],
             ),
             (

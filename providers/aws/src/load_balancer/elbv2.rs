@@ -161,6 +161,8 @@ pub(crate) struct NewLoadBalancer<'a> {
     pub(crate) internal: bool,
     pub(crate) subnets: Vec<SubnetMapping>,
     pub(crate) tags: &'a BTreeMap<String, String>,
+    /// Its security groups (none: it never gets any, as AWS has it).
+    pub(crate) security_groups: &'a [String],
 }
 
 /// What a new or updated listener looks like.
@@ -296,6 +298,9 @@ impl AwsCloud {
             })
             .set_subnet_mappings(Some(mappings))
             .set_tags(Some(elb_tags(new.tags)))
+            .set_security_groups(
+                (!new.security_groups.is_empty()).then(|| new.security_groups.to_vec()),
+            )
             .send()
             .await
             .api("CreateLoadBalancer")?;
@@ -309,6 +314,23 @@ impl AwsCloud {
             network: true,
             ..LbInfo::from_sdk(lb)
         })
+    }
+
+    /// Replaces the load balancer's security groups.
+    pub(crate) async fn set_load_balancer_security_groups(
+        &self,
+        arn: &str,
+        groups: &[String],
+    ) -> Result<()> {
+        self.clients
+            .elb
+            .set_security_groups()
+            .load_balancer_arn(arn)
+            .set_security_groups(Some(groups.to_vec()))
+            .send()
+            .await
+            .api("SetSecurityGroups")?;
+        Ok(())
     }
 
     /// Sets the given load-balancer attributes where they differ.
@@ -785,11 +807,29 @@ fn is_draining(d: &aws_sdk_elasticloadbalancingv2::types::TargetHealthDescriptio
 
 /// The wanted attributes whose value differs from (or is missing in) the current ones: what a
 /// Modify*Attributes call has to send. Load-balancer and target-group attributes share this rule.
+/// AWS's values of the load-balancer attributes this provider sets, for an attribute a description leaves
+/// out (AWS lists them all; an emulator may not): an absent attribute has its default, never a difference.
+const DEFAULT_LB_ATTRIBUTES: &[(&str, &str)] = &[
+    ("access_logs.s3.enabled", "false"),
+    ("access_logs.s3.bucket", ""),
+    ("access_logs.s3.prefix", ""),
+    ("load_balancing.cross_zone.enabled", "false"),
+];
+
 fn attribute_changes<'a>(
     wanted: &'a BTreeMap<String, String>,
     current: &'a HashMap<String, String>,
 ) -> impl Iterator<Item = (&'a String, &'a String)> {
-    wanted.iter().filter(|(k, v)| current.get(*k) != Some(*v))
+    wanted.iter().filter(|(k, v)| {
+        let default = DEFAULT_LB_ATTRIBUTES
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, value)| *value);
+        match current.get(*k) {
+            Some(have) => have != *v,
+            None => default != Some(v.as_str()),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -811,6 +851,19 @@ mod tests {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         assert_eq!(changes, [("changed", "true"), ("missing", "x")]);
+        // An attribute the description leaves out has AWS's default value.
+        let wanted = BTreeMap::from([
+            ("access_logs.s3.enabled".to_string(), "false".to_string()),
+            (
+                "load_balancing.cross_zone.enabled".to_string(),
+                "true".to_string(),
+            ),
+        ]);
+        let none = HashMap::new();
+        let changes: Vec<&str> = attribute_changes(&wanted, &none)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(changes, ["load_balancing.cross_zone.enabled"]);
     }
     use super::*;
 

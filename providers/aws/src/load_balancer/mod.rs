@@ -14,6 +14,7 @@ pub mod annotations;
 pub mod classic;
 pub(crate) mod elbv2;
 pub mod naming;
+pub mod nlb_security_group;
 pub mod rule_budget;
 pub(crate) mod security_groups;
 pub mod spec;
@@ -54,6 +55,15 @@ fn status(lb: &LbInfo) -> LoadBalancerStatus {
             ..Default::default()
         }]),
     }
+}
+
+/// Upstream's refusal of a type annotation that no longer matches the Service's load balancer: `kind` is the
+/// type the annotation asks for (`NLB` or `Classic Load Balancer`), `has` the load balancer the Service has.
+pub(crate) fn type_change_refused(kind: &str, has: &str) -> CloudError {
+    CloudError::provider(format!(
+        "cannot update Load Balancer Type annotation {ANN_TYPE:?} after creation for {kind} (the Service has \
+         {has}; delete and recreate the Service to change the type)"
+    ))
 }
 
 fn service_key(service: &Service) -> String {
@@ -297,6 +307,7 @@ impl AwsCloud {
         spec: &LbSpec,
         subnets: &[SubnetInfo],
         tags: &BTreeMap<String, String>,
+        security_groups: &[String],
     ) -> Result<LbInfo> {
         let mappings = subnet_mappings(spec, subnets)?;
         tracing::info!(
@@ -311,12 +322,12 @@ impl AwsCloud {
             internal: spec.internal,
             subnets: mappings,
             tags,
+            security_groups,
         })
         .await
     }
 
-    /// Checks an existing load balancer's type and scheme and adds missing tags. Its security groups are
-    /// left as they are (upstream's behaviour without `NLBSecurityGroupMode = Managed`).
+    /// Checks an existing load balancer's type and scheme and adds missing tags.
     async fn update_nlb(
         &self,
         lb: &LbInfo,
@@ -324,11 +335,10 @@ impl AwsCloud {
         tags: &BTreeMap<String, String>,
     ) -> Result<()> {
         if !lb.network {
-            return Err(SpecError::new(
-                ANN_TYPE,
-                "a load balancer of another type already exists under this Service's name; the type cannot change after creation (delete and recreate the Service)",
-            )
-            .into());
+            return Err(type_change_refused(
+                "NLB",
+                "a load balancer of another type",
+            ));
         }
         if lb.internal != spec.internal {
             return Err(SpecError::new(
@@ -508,14 +518,7 @@ impl AwsCloud {
         let name = self.get_load_balancer_name(cluster_name, service);
         let existing = self.our_load_balancer(&name).await?;
         if existing.is_none() && self.find_classic(&name).await?.is_some() {
-            return Err(SpecError::new(
-                ANN_TYPE,
-                format!(
-                    "cannot update Load Balancer Type annotation {ANN_TYPE:?} after creation for NLB: the Service \
-                     has a classic load balancer (delete and recreate the Service to change the type)"
-                ),
-            )
-            .into());
+            return Err(type_change_refused("NLB", "a classic load balancer"));
         }
         let spec = spec::parse(service, &self.config.cluster_health_probe)?;
         let tags = self.wanted_tags(&spec);
@@ -540,7 +543,15 @@ impl AwsCloud {
                     .await?
             }
         };
-        // The node rules must fit their groups' rule limit before anything is created or changed.
+        let groups = self
+            .nlb_groups(cluster_name, &spec, existing.as_ref(), &vpc_id)
+            .await?;
+        let managed = match &groups.managed {
+            Some(id) => Some(self.plan_managed_group(id, &spec).await?),
+            None => None,
+        };
+        // The node rules and the managed group's must fit their groups' rule limit before anything is
+        // created or changed.
         let health_cidrs = match &existing {
             _ if self.config.disable_security_group_ingress => Vec::new(),
             Some(lb) => self.load_balancer_subnet_cidrs(lb).await?,
@@ -550,17 +561,29 @@ impl AwsCloud {
         let rules = self
             .plan_security_groups(&name, wanted, &vpc_id, &target_instances)
             .await?;
-        self.check_rule_limit(&rules.changes())?;
-        let lb = match existing {
+        let mut counted = rules.changes();
+        counted.extend(managed.iter().map(|(_, c)| c.clone()));
+        self.check_rule_limit(&counted)?;
+        let lb = match &existing {
             Some(lb) => {
-                self.update_nlb(&lb, &spec, &tags).await?;
-                lb
+                self.update_nlb(lb, &spec, &tags).await?;
+                self.set_nlb_groups(lb, &groups.ids).await?;
+                lb.clone()
             }
-            None => self.create_nlb(&name, &spec, &new_subnets, &tags).await?,
+            None => {
+                self.create_nlb(&name, &spec, &new_subnets, &tags, &groups.ids)
+                    .await?
+            }
         };
         self.sync_load_balancer_attributes(&lb.arn, &wanted_lb_attributes(&spec))
             .await?;
         self.sync_listeners(cluster_name, &lb, &spec, &vpc_id, &targets, &tags)
+            .await?;
+        if let Some((plan, counted)) = &managed {
+            self.apply_group_plan(plan, counted).await?;
+        }
+        let before = existing.map(|l| l.security_groups).unwrap_or_default();
+        self.release_detached_groups(cluster_name, &spec, &before, &groups.ids, &vpc_id)
             .await?;
         // Planned again from the groups as they are now (another sync may have changed them meanwhile),
         // unless nothing was to change; checked again before the first change.
@@ -607,6 +630,9 @@ impl AwsCloud {
             }
             None => None,
         };
+        let security_groups = self
+            .nlb_groups_to_delete(cluster_name, service, lb.as_ref())
+            .await?;
         let mut groups: Vec<TargetGroupInfo> = Vec::new();
         if let Some(lb) = &lb {
             let listeners = self.listeners(&lb.arn).await?;
@@ -647,12 +673,12 @@ impl AwsCloud {
             .or_else(|| groups.first().map(|g| g.vpc_id.clone()))
             .filter(|v| !v.is_empty());
         match vpc {
-            Some(vpc) => self.sync_security_groups(&name, None, &vpc, &[]).await,
+            Some(vpc) => self.sync_security_groups(&name, None, &vpc, &[]).await?,
             None => {
-                tracing::debug!(load_balancer = %name, "VPC unknown; no security-group rules to remove");
-                Ok(())
+                tracing::debug!(load_balancer = %name, "VPC unknown; no security-group rules to remove")
             }
         }
+        self.delete_groups(&security_groups).await
     }
 
     /// Deletes a target group, waiting briefly while ELBv2 still counts it as used by the deleted load

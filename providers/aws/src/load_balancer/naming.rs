@@ -84,6 +84,8 @@ mod tests {
             target_node_labels: Default::default(),
             source_ranges: vec![],
             local_traffic: false,
+            security_groups: vec![],
+            uid: String::new(),
         }
     }
 

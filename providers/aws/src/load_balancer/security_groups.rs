@@ -4,7 +4,9 @@
 //! group must admit the clients on the node ports (the Service's source ranges, else `0.0.0.0/0`, internal
 //! load balancers included), the load balancer's health checks (from the IPv4 CIDRs of the subnets it sits
 //! in) and ICMP "fragmentation needed" (type 3, code 4) for path MTU discovery. As upstream, no health rules
-//! are needed when the client rules already admit everyone over TCP on exactly the health-check ports.
+//! are written when the client rules already admit everyone over TCP on exactly the health-check ports, and
+//! then the health rules a group has are left as they are (upstream skips their update entirely: rules an
+//! earlier sync or release wrote stay until the load balancer goes).
 //! Rules are recognised by their description: `kubernetes.io/rule/nlb/client=<lb>` and
 //! `kubernetes.io/rule/nlb/health=<lb>` belong to one load balancer; `kubernetes.io/rule/nlb/mtu` is shared
 //! and removed only when no client rule with the same range is left in the group. `[Global]
@@ -137,6 +139,20 @@ fn health_rules_needed(
     !(everyone && client_protocol(spec) == "tcp" && *health_ports == node_ports)
 }
 
+/// The ports the load balancer's health checks reach.
+fn health_ports(spec: &LbSpec) -> BTreeSet<i32> {
+    spec.ports
+        .iter()
+        .map(|p| spec.health_check.port.resolve(p.node_port))
+        .collect()
+}
+
+/// Whether the load balancer's health rules are left as they are: the client rules cover its health checks
+/// (see [`health_rules_needed`]), and upstream then neither adds nor removes them.
+pub(crate) fn health_rules_left_alone(spec: &LbSpec, client_cidrs: &[IpNet]) -> bool {
+    !health_rules_needed(spec, client_cidrs, &health_ports(spec))
+}
+
 /// The rules one load balancer needs in each target's security group.
 pub(crate) fn desired_rules(
     lb_name: &str,
@@ -157,11 +173,7 @@ pub(crate) fn desired_rules(
         }
     }
     // Health checks are TCP connections (or HTTP(S) over TCP).
-    let health_ports: BTreeSet<i32> = spec
-        .ports
-        .iter()
-        .map(|p| spec.health_check.port.resolve(p.node_port))
-        .collect();
+    let health_ports = health_ports(spec);
     if !health_rules_needed(spec, client_cidrs, &health_ports) {
         return with_mtu_rules(out, client_cidrs);
     }
@@ -188,16 +200,18 @@ fn with_mtu_rules(
 }
 
 /// Plans one security group: add the desired rules it lacks, remove this load balancer's rules that are no
-/// longer desired, and remove shared MTU rules whose range no client rule uses any more.
+/// longer desired (its health rules only unless `keep_health`), and remove shared MTU rules whose range no
+/// client rule uses any more.
 pub(crate) fn plan_group(
     lb_name: &str,
     existing: &[ExistingRule],
     desired: &BTreeMap<RuleKey, String>,
+    keep_health: bool,
 ) -> GroupPlan {
-    let ours = [
-        client_rule_description(lb_name),
-        health_rule_description(lb_name),
-    ];
+    let mut ours = vec![client_rule_description(lb_name)];
+    if !keep_health {
+        ours.push(health_rule_description(lb_name));
+    }
     let present: BTreeSet<&RuleKey> = existing.iter().map(|r| &r.key).collect();
     let mut plan = GroupPlan::default();
     for (k, description) in desired {
@@ -424,11 +438,14 @@ impl AwsCloud {
         let groups = self.vpc_security_groups(vpc_id).await?;
         let mut target_groups: BTreeSet<String> = BTreeSet::new();
         let mut desired = BTreeMap::new();
+        let mut keep_health = false;
         if let Some((spec, health_cidrs)) = wanted {
             for inst in targets {
                 target_groups.extend(instance_group(inst, &groups, &self.tagging)?);
             }
-            desired = desired_rules(lb_name, spec, &client_cidrs(spec), health_cidrs);
+            let clients = client_cidrs(spec);
+            desired = desired_rules(lb_name, spec, &clients, health_cidrs);
+            keep_health = health_rules_left_alone(spec, &clients);
         }
         let none = BTreeMap::new();
         let mut ids: Vec<&String> = groups.keys().collect();
@@ -438,12 +455,12 @@ impl AwsCloud {
             if self.config.elb_security_group.as_ref() == Some(id) {
                 continue;
             }
-            let wanted = if target_groups.contains(id) {
-                &desired
+            let (wanted, keep) = if target_groups.contains(id) {
+                (&desired, keep_health)
             } else {
-                &none
+                (&none, false)
             };
-            let plan = plan_group(lb_name, &groups[id].rules, wanted);
+            let plan = plan_group(lb_name, &groups[id].rules, wanted, keep);
             if !plan.is_empty() {
                 let counted = plan.counted(&groups[id]);
                 out.groups.push((plan, counted));
@@ -456,19 +473,29 @@ impl AwsCloud {
     async fn apply_security_groups(&self, plan: &NodeRulesPlan) -> Result<()> {
         self.check_rule_limit(&plan.changes())?;
         for (group, counted) in &plan.groups {
-            if self.authorize_first(counted) {
-                self.authorize_group_rules(&counted.group_id, &group.add)
-                    .await?;
-                self.revoke_group_rules(&counted.group_id, &group.remove)
-                    .await?;
-            } else {
-                self.revoke_group_rules(&counted.group_id, &group.remove)
-                    .await?;
-                self.authorize_group_rules(&counted.group_id, &group.add)
-                    .await?;
-            }
+            self.apply_group_plan(group, counted).await?;
         }
         Ok(())
+    }
+
+    /// Makes one group's changes: new rules before stale ones go (as upstream) when the group can hold
+    /// both, else stale ones first to make room.
+    pub(crate) async fn apply_group_plan(
+        &self,
+        plan: &GroupPlan,
+        counted: &IngressChange,
+    ) -> Result<()> {
+        if self.authorize_first(counted) {
+            self.authorize_group_rules(&counted.group_id, &plan.add)
+                .await?;
+            self.revoke_group_rules(&counted.group_id, &plan.remove)
+                .await
+        } else {
+            self.revoke_group_rules(&counted.group_id, &plan.remove)
+                .await?;
+            self.authorize_group_rules(&counted.group_id, &plan.add)
+                .await
+        }
     }
 
     /// Plans, checks and makes the node-group changes of [`Self::plan_security_groups`].
@@ -485,16 +512,23 @@ impl AwsCloud {
         self.apply_security_groups(&plan).await
     }
 
-    /// Authorizes `add` in the group (one by one when some of them exist already).
-    async fn authorize_group_rules(&self, group_id: &str, add: &[(RuleKey, String)]) -> Result<()> {
+    /// Authorizes `add` in the group (one by one when some of them exist already); an empty description
+    /// writes none.
+    pub(crate) async fn authorize_group_rules(
+        &self,
+        group_id: &str,
+        add: &[(RuleKey, String)],
+    ) -> Result<()> {
         if !add.is_empty() {
             tracing::info!(
                 group = group_id,
                 rules = add.len(),
                 "adding load-balancer rules to security group"
             );
-            let perms: Vec<IpPermission> =
-                add.iter().map(|(k, d)| permission(k, Some(d))).collect();
+            let perms: Vec<IpPermission> = add
+                .iter()
+                .map(|(k, d)| permission(k, Some(d.as_str()).filter(|d| !d.is_empty())))
+                .collect();
             let result = self
                 .clients
                 .ec2
@@ -531,7 +565,12 @@ impl AwsCloud {
         Ok(())
     }
 
-    async fn revoke_group_rules(&self, group_id: &str, remove: &[RuleKey]) -> Result<()> {
+    /// Revokes `remove` from the group (rules gone already are no error).
+    pub(crate) async fn revoke_group_rules(
+        &self,
+        group_id: &str,
+        remove: &[RuleKey],
+    ) -> Result<()> {
         if remove.is_empty() {
             return Ok(());
         }
@@ -607,6 +646,8 @@ mod tests {
             target_node_labels: Default::default(),
             source_ranges: vec![],
             local_traffic: false,
+            security_groups: vec![],
+            uid: String::new(),
         }
     }
 
@@ -683,7 +724,11 @@ mod tests {
     fn plans_add_remove_and_shared_mtu() {
         let s = spec(&[(30081, Protocol::Tcp)], HealthCheckPort::TrafficPort);
         let desired = desired_rules("lb", &s, &[net("0.0.0.0/0")], &[net("10.0.0.0/16")]);
-        // A node port moved: the health rules stay skipped, the old ones go.
+        // Everyone is admitted over TCP on the health-check ports: the health rules are left alone.
+        assert!(health_rules_left_alone(&s, &[net("0.0.0.0/0")]));
+        assert!(!health_rules_left_alone(&s, &[net("10.0.0.0/8")]));
+        // A node port moved: the old client rule goes; the health rule an earlier sync wrote stays, as
+        // upstream leaves it.
         let current = vec![
             // The old node port of this load balancer.
             existing(
@@ -705,7 +750,7 @@ mod tests {
                 "kubernetes.io/rule/nlb/client=other",
             ),
         ];
-        let plan = plan_group("lb", &current, &desired);
+        let plan = plan_group("lb", &current, &desired, true);
         assert_eq!(
             plan.add,
             vec![(
@@ -715,6 +760,12 @@ mod tests {
         );
         assert_eq!(
             plan.remove,
+            vec![key("tcp", 30080, 30080, net("0.0.0.0/0"))]
+        );
+        // When the health rules are written, a stale one goes too.
+        let plan = plan_group("lb", &current, &desired, false);
+        assert_eq!(
+            plan.remove,
             vec![
                 key("tcp", 30080, 30080, net("0.0.0.0/0")),
                 key("tcp", 30080, 30080, net("10.0.0.0/16")),
@@ -722,12 +773,12 @@ mod tests {
         );
 
         // Deleting this load balancer keeps the MTU rule while another one still admits that range...
-        let plan = plan_group("lb", &current, &BTreeMap::new());
+        let plan = plan_group("lb", &current, &BTreeMap::new(), false);
         assert_eq!(plan.remove.len(), 2);
         assert!(plan.add.is_empty());
         // ... and removes it with the last client rule.
         let alone: Vec<ExistingRule> = current[..4].to_vec();
-        let plan = plan_group("lb", &alone, &BTreeMap::new());
+        let plan = plan_group("lb", &alone, &BTreeMap::new(), false);
         assert_eq!(plan.remove.len(), 3);
         assert!(plan.remove.contains(&key("icmp", 3, 4, net("0.0.0.0/0"))));
 
@@ -736,7 +787,7 @@ mod tests {
             .iter()
             .map(|(k, d)| existing(k.clone(), d))
             .collect();
-        assert!(plan_group("lb", &done, &desired).is_empty());
+        assert!(plan_group("lb", &done, &desired, false).is_empty());
     }
 
     #[test]

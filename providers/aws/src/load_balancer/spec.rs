@@ -302,6 +302,11 @@ pub struct LbSpec {
     pub source_ranges: Vec<IpNet>,
     /// `externalTrafficPolicy: Local`.
     pub local_traffic: bool,
+    /// The groups of the security-groups annotation: with `NLBSecurityGroupMode = Managed` they are the
+    /// load balancer's instead of a managed one (ignored otherwise, as upstream).
+    pub security_groups: Vec<String>,
+    /// The Service's UID (part of the managed security group's name).
+    pub uid: String,
 }
 
 impl LbSpec {
@@ -879,6 +884,8 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
             .unwrap_or_default(),
         source_ranges: source_ranges(service)?.unwrap_or_default(),
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
+        security_groups: super::classic::spec::annotated_security_groups(service).0,
+        uid: service.metadata.uid.clone().unwrap_or_default(),
     })
 }
 
@@ -1023,7 +1030,7 @@ mod tests {
             ),
             (ANN_PRIVATE_IPV4, "10.0.1.10,10.0.2.10"),
             (ANN_TARGET_NODE_LABELS, "lb=yes,edge="),
-            (ANN_SECURITY_GROUPS, "ignored by network load balancers"),
+            (ANN_SECURITY_GROUPS, "sg-1, sg-2"),
             (
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
                 "10.0.0.0/8, 192.168.1.7/24",
@@ -1031,6 +1038,7 @@ mod tests {
         ]))
         .unwrap();
         assert!(spec.internal);
+        assert_eq!(spec.security_groups, ["sg-1", "sg-2"]);
         assert_eq!(
             spec.subnets,
             Some(vec!["subnet-1".into(), "private-a".into()])

@@ -9,6 +9,7 @@ mod dry_run;
 mod fail_safe;
 mod instances;
 mod load_balancers;
+mod nlb_security_groups;
 mod nlb_takeover;
 mod routes;
 mod rule_budget;

@@ -21,7 +21,6 @@ use self::security_groups::{NodeRules, NodeRulesChanges, PieceChanges};
 use self::spec::{ClassicSpec, PROXY_PROTOCOL_POLICY, SSL_NEGOTIATION_POLICY_PREFIX};
 use crate::cloud::AwsCloud;
 use crate::ec2_instance::Ec2Instance;
-use crate::load_balancer::spec::{ANN_TYPE, SpecError};
 use crate::tagging::TAG_SERVICE_NAME;
 
 /// The Service's load-balancer status: the DNS name as hostname.
@@ -123,14 +122,10 @@ impl AwsCloud {
             .await?;
         let existing = self.our_classic(&name).await?;
         if existing.is_none() && self.find_load_balancer(&name).await?.is_some() {
-            return Err(SpecError::new(
-                ANN_TYPE,
-                format!(
-                    "cannot update Load Balancer Type annotation {ANN_TYPE:?} after creation for Classic Load Balancer: \
-                     the Service has a network load balancer (delete and recreate the Service to change the type)"
-                ),
-            )
-            .into());
+            return Err(super::type_change_refused(
+                "Classic Load Balancer",
+                "a network load balancer",
+            ));
         }
         let vpc_id =
             self.load_balancer_vpc(existing.as_ref().map(|l| l.vpc_id.as_str()), &instances)?;

@@ -12,7 +12,7 @@
 //! before any rule of any group is changed; within a group, new rules are authorized before stale ones
 //! are revoked (as upstream does) when the group can hold both, else stale ones go first to make room.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -314,29 +314,49 @@ impl AwsCloud {
         Ok(out.security_groups().to_vec())
     }
 
-    /// The load balancer's own group, found by name or created; a found group missing the cluster tag gets
-    /// it, one tagged for another cluster is refused.
+    /// The load balancer's own group, found by name or created (see [`Self::ensure_group_named`]).
     async fn ensure_elb_group(
         &self,
         lb_name: &str,
         spec: &ClassicSpec,
         vpc_id: &str,
     ) -> Result<String> {
-        let name = elb_group_name(lb_name);
-        if let Some(group) = self.groups_named(&name, Some(vpc_id)).await?.first() {
+        let description = elb_group_description(lb_name, &spec.service_name());
+        self.ensure_group_named(
+            &elb_group_name(lb_name),
+            &description,
+            vpc_id,
+            &spec.additional_tags,
+            &spec.service_name(),
+        )
+        .await
+    }
+
+    /// The security group named `name` in `vpc_id`, found by name or created with `description`, the
+    /// cluster's `owned` tag and `additional_tags`; a found group missing the cluster tag gets it, one tagged
+    /// for another cluster is refused. `service` names the Service it is for in the log.
+    pub(crate) async fn ensure_group_named(
+        &self,
+        name: &str,
+        description: &str,
+        vpc_id: &str,
+        additional_tags: &BTreeMap<String, String>,
+        service: &str,
+    ) -> Result<String> {
+        if let Some(group) = self.groups_named(name, Some(vpc_id)).await?.first() {
             let id = group.group_id().unwrap_or_default().to_string();
             self.repair_cluster_tags(&id, group.tags()).await?;
             return Ok(id);
         }
-        let mut tags = spec.additional_tags.clone();
+        let mut tags = additional_tags.clone();
         tags.extend(self.tagging.owned_tags());
-        tracing::info!(group = %name, service = %spec.service_name(), "creating load-balancer security group");
-        let out = self
+        tracing::info!(group = %name, service, "creating load-balancer security group");
+        let created = self
             .clients
             .ec2
             .create_security_group()
-            .group_name(&name)
-            .description(elb_group_description(lb_name, &spec.service_name()))
+            .group_name(name)
+            .description(description)
             .vpc_id(vpc_id)
             .tag_specifications(
                 TagSpecification::builder()
@@ -350,12 +370,23 @@ impl AwsCloud {
             )
             .send()
             .await
-            .api("CreateSecurityGroup")?;
-        out.group_id().map(str::to_string).ok_or_else(|| {
-            CloudError::provider(format!(
-                "created security group {name}, but AWS answered no ID"
-            ))
-        })
+            .api("CreateSecurityGroup");
+        match created {
+            Ok(out) => out.group_id().map(str::to_string).ok_or_else(|| {
+                CloudError::provider(format!(
+                    "created security group {name}, but AWS answered no ID"
+                ))
+            }),
+            // Created meanwhile by a concurrent sync: that one is the group.
+            Err(e) if e.is_code("InvalidGroup.Duplicate") => self
+                .groups_named(name, Some(vpc_id))
+                .await?
+                .first()
+                .and_then(|g| g.group_id())
+                .map(str::to_string)
+                .ok_or_else(|| e.into()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Adds the cluster's tags a group lacks; a group tagged for another cluster is an error.
