@@ -62,6 +62,8 @@ pub struct AwsCloud {
     pub(crate) zone_ids: RwLock<HashMap<String, String>>,
     pub(crate) imds: aws_config::imds::Client,
     pub(crate) route_targets: RouteTargets,
+    /// What is known to have no network topology ([`crate::topology`]).
+    pub(crate) no_topology: crate::topology::NoTopology,
 }
 
 /// Instance ID -> node name, learnt from created routes (node names need not be private DNS names).
@@ -145,6 +147,7 @@ impl AwsCloud {
             zone_ids: RwLock::new(HashMap::new()),
             imds,
             route_targets: Default::default(),
+            no_topology: Default::default(),
         }
     }
 

@@ -5,7 +5,7 @@
 //! simply absent instead of failing the whole call) with at most [`FILTER_CHUNK`] values per call; lookups
 //! by private DNS name add an instance-state filter and keep only instances tagged for the cluster.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cloud_provider::{
@@ -18,6 +18,7 @@ use crate::ec2_instance::Ec2Instance;
 use crate::error::{ApiError, SdkResultExt};
 use crate::paginate::for_each_page;
 pub use crate::provider_id::instance_id_from_provider_id;
+use crate::topology::{LABEL_NETWORK_NODE_PREFIX, Topology};
 
 /// Most values per DescribeInstances filter (AWS allows 200).
 pub const FILTER_CHUNK: usize = 150;
@@ -25,6 +26,14 @@ pub const FILTER_CHUNK: usize = 150;
 pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// Instance states in which a private-DNS-name lookup still finds an instance.
 const LIVE_STATES: &[&str] = &["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// Whether the node has the label `key`.
+fn has_label(node: &Node, key: &str) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(key))
+}
 
 /// How a node maps to its instance.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -260,13 +269,17 @@ impl AwsCloud {
         Ok(ids.get(zone).cloned())
     }
 
-    /// The metadata of an instance.
+    /// The metadata of an instance: the zone-ID label unless the node has it, and the network-node
+    /// labels from its `topology` lookup.
     pub(crate) async fn instance_metadata_of(
         &self,
         inst: &Ec2Instance,
+        node: &Node,
+        topology: Option<&Topology>,
     ) -> Result<InstanceMetadata> {
-        let mut additional_labels = BTreeMap::new();
+        let mut additional_labels = self.topology_labels_of(inst, topology)?;
         if !inst.zone.is_empty()
+            && !has_label(node, LABEL_ZONE_ID)
             && let Some(zone_id) = self.zone_id(&inst.zone).await?
         {
             additional_labels.insert(LABEL_ZONE_ID.to_string(), zone_id);
@@ -321,16 +334,37 @@ impl InstancesV2 for AwsCloud {
         nodes: &[Node],
     ) -> Vec<Result<Option<InstanceMetadata>>> {
         let refs: Vec<Result<InstanceRef>> = nodes.iter().map(instance_ref_for_node).collect();
-        let resolved = self.resolve(&refs).await;
+        let resolved: Vec<Result<Arc<Ec2Instance>>> = self
+            .resolve(&refs)
+            .await
+            .into_iter()
+            .map(|r| match r? {
+                Some(inst) if inst.coarse_state() != InstanceState::NotFound => Ok(inst),
+                _ => Err(CloudError::InstanceNotFound),
+            })
+            .collect();
+        // Topologies of the nodes without the labels, in bulk.
+        let wanted: Vec<&Ec2Instance> = nodes
+            .iter()
+            .zip(&resolved)
+            .filter(|(node, _)| !has_label(node, &format!("{LABEL_NETWORK_NODE_PREFIX}1")))
+            .filter_map(|(_, inst)| inst.as_ref().ok())
+            .map(|inst| inst.as_ref())
+            .filter(|inst| self.might_have_topology(inst))
+            .collect();
+        let topologies = if wanted.is_empty() {
+            Default::default()
+        } else {
+            self.instance_topologies(&wanted).await
+        };
         let mut out = Vec::with_capacity(nodes.len());
-        for r in resolved {
-            out.push(match r {
+        for (node, inst) in nodes.iter().zip(resolved) {
+            out.push(match inst {
                 Err(e) => Err(e),
-                Ok(None) => Err(CloudError::InstanceNotFound),
-                Ok(Some(inst)) if inst.coarse_state() == InstanceState::NotFound => {
-                    Err(CloudError::InstanceNotFound)
-                }
-                Ok(Some(inst)) => self.instance_metadata_of(&inst).await.map(Some),
+                Ok(inst) => self
+                    .instance_metadata_of(&inst, node, topologies.get(&inst.id))
+                    .await
+                    .map(Some),
             });
         }
         out

@@ -6,7 +6,8 @@
 //!
 //! - [`InstancesV2`](cloud_provider::InstancesV2), [`Instances`](cloud_provider::Instances) and
 //!   [`Zones`](cloud_provider::Zones): provider IDs `aws:///<zone>/<instance-id>`, node addresses in the
-//!   upstream order, instance types, zones, the `topology.k8s.aws/zone-id` label, bulk lookups that put up
+//!   upstream order, instance types, zones, the `topology.k8s.aws/zone-id` and network-node labels
+//!   ([`topology`]), bulk lookups that put up
 //!   to 150 IDs in one DescribeInstances filter, and a cache with bounded staleness (`InstanceCacheTTL`).
 //! - [`LoadBalancer`](cloud_provider::LoadBalancer): NLBs (see [`load_balancer`]).
 //! - [`Routes`](cloud_provider::Routes): pod routes in the cluster's route table.
@@ -31,6 +32,7 @@ mod paginate;
 pub mod provider_id;
 pub mod routes;
 pub mod tagging;
+pub mod topology;
 pub mod volumes;
 
 use std::sync::Arc;

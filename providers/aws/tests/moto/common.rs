@@ -1,7 +1,7 @@
-//! Shared harness of the moto tests: one `moto_server` per test binary on a free port of 127.0.0.1, SDK
-//! clients for seeding, a per-test world (VPC, subnets, internet gateway, route tables, security group and
-//! tagged instances, all under a cluster ID of its own) and the provider under test pointed at moto through
-//! `[ServiceOverride]` sections.
+//! Shared harness of the moto tests: one moto server per test binary on a free port of 127.0.0.1
+//! (`moto_server.py`: moto's, with the answers it lacks), SDK clients for seeding, a per-test world (VPC,
+//! subnets, internet gateway, route tables, security group and tagged instances, all under a cluster ID of
+//! its own) and the provider under test pointed at moto through `[ServiceOverride]` sections.
 
 #![allow(dead_code)]
 
@@ -34,8 +34,9 @@ pub struct Moto {
 /// part of itself in a child process hands its emulator down this way).
 pub const MOTO_URL_ENV: &str = "MOTO_URL";
 
-fn moto_server_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("MOTO_SERVER") {
+/// The Python that runs the emulator: `MOTO_PYTHON`, else the workspace's `.venv`.
+fn moto_python() -> PathBuf {
+    if let Some(path) = std::env::var_os("MOTO_PYTHON") {
         return PathBuf::from(path);
     }
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -43,7 +44,12 @@ fn moto_server_path() -> PathBuf {
         .and_then(|p| p.parent())
         .expect("workspace root")
         .to_path_buf();
-    workspace.join(".venv/bin/moto_server")
+    workspace.join(".venv/bin/python")
+}
+
+/// moto's server with the answers it lacks (`moto_server.py` beside this file).
+fn moto_server_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/moto/moto_server.py")
 }
 
 fn free_port() -> u16 {
@@ -59,11 +65,11 @@ pub fn moto() -> &'static Moto {
         if let Ok(url) = std::env::var(MOTO_URL_ENV) {
             return Moto { url, _child: None };
         }
-        let path = moto_server_path();
+        let path = moto_python();
         assert!(
             path.exists(),
-            "moto_server not found at {}: install it with `python3 -m venv .venv && .venv/bin/pip install 'moto[server]'` \
-             in the workspace root, or set MOTO_SERVER to its path",
+            "no Python with moto at {}: install it with `python3 -m venv .venv && .venv/bin/pip install 'moto[server]'` \
+             in the workspace root, or set MOTO_PYTHON to a Python that has moto[server]",
             path.display()
         );
         let port = free_port();
@@ -77,12 +83,13 @@ pub fn moto() -> &'static Moto {
             .arg("moto-watchdog")
             .arg(std::process::id().to_string())
             .arg(&path)
+            .arg(moto_server_script())
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start moto_server");
+            .expect("start moto's server");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -90,7 +97,7 @@ pub fn moto() -> &'static Moto {
             }
             assert!(
                 Instant::now() < deadline,
-                "moto_server at {} did not start listening on port {port} within 30 s",
+                "moto's server ({}) did not start listening on port {port} within 30 s",
                 path.display()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -322,6 +329,13 @@ impl World {
             .await
     }
 
+    /// A cluster instance of `instance_type` in private subnet `index` with the node security group.
+    pub async fn instance_of_type(&self, index: usize, instance_type: &str) -> Instance {
+        let tags = [(self.cluster_tag.as_str(), "owned")];
+        self.launch(index, &tags, &[&self.node_sg], instance_type.into())
+            .await
+    }
+
     /// An instance with the given tags and security groups in private subnet `index`.
     pub async fn instance_with(
         &self,
@@ -329,11 +343,22 @@ impl World {
         tags: &[(&str, &str)],
         groups: &[&str],
     ) -> Instance {
+        self.launch(index, tags, groups, InstanceType::M5Large)
+            .await
+    }
+
+    async fn launch(
+        &self,
+        index: usize,
+        tags: &[(&str, &str)],
+        groups: &[&str],
+        instance_type: InstanceType,
+    ) -> Instance {
         let out = self
             .ec2
             .run_instances()
             .image_id(AMI)
-            .instance_type(InstanceType::M5Large)
+            .instance_type(instance_type)
             .min_count(1)
             .max_count(1)
             .subnet_id(&self.private_subnets[index].0)

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cloud_provider::{LoadBalancer, default_load_balancer_name};
+use cloud_provider::{InstancesV2, LoadBalancer, default_load_balancer_name};
 use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -279,4 +279,47 @@ async fn classic_failed_lookups_change_nothing_and_a_later_sync_converges() {
     assert_eq!(registered().await, BTreeSet::from([a.id.clone()]));
     cloud.ensure_load_balancer_deleted("k", &svc).await.unwrap();
     assert!(crate::classic::observe_classic(&name).await.is_none());
+}
+
+/// A failed topology lookup fails the metadata of an instance whose type should have a topology (its node
+/// stays uninitialized and is retried), and lets any other go on without the labels, as upstream.
+#[tokio::test]
+async fn failed_topology_lookup_fails_only_types_that_need_one() {
+    let world = World::new("failtopo").await;
+    let gpu = world.instance_of_type(0, "p5.48xlarge").await;
+    let plain = world.instance(1).await;
+    let (proxy, failing) = ec2_proxy().await;
+    let cloud = provider(&config_through(&world, &proxy)).await;
+    *failing.lock() = Some("DescribeInstanceTopology".into());
+    let results = cloud
+        .instance_metadata_bulk(&nodes_of(&[&gpu, &plain]))
+        .await;
+    let err = results[0].as_ref().unwrap_err();
+    assert!(err.to_string().contains("p5.48xlarge"), "{err}");
+    assert!(err.to_string().contains("InternalError"), "{err}");
+    let plain_meta = results[1].as_ref().unwrap().as_ref().unwrap();
+    assert!(
+        plain_meta
+            .additional_labels
+            .contains_key("topology.k8s.aws/zone-id")
+    );
+    assert!(
+        !plain_meta
+            .additional_labels
+            .keys()
+            .any(|k| k.contains("network-node"))
+    );
+
+    *failing.lock() = None;
+    let results = cloud.instance_metadata_bulk(&nodes_of(&[&gpu])).await;
+    let labels = &results[0]
+        .as_ref()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .additional_labels;
+    assert!(
+        labels.contains_key("topology.k8s.aws/network-node-layer-1"),
+        "{labels:?}"
+    );
 }

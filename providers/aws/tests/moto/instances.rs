@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use cloud_provider::{CloudProvider, InstanceState, InstancesV2, Zones};
 
+use provider_aws::topology::LABEL_NETWORK_NODE_PREFIX;
+
 use crate::common::{World, node, node_with_id, provider};
 
 #[tokio::test]
@@ -321,4 +323,130 @@ async fn zone_of_this_machine_comes_from_the_config() {
     let zone = cloud.get_zone().await.unwrap();
     assert_eq!(zone.failure_domain, "us-east-1c");
     assert_eq!(zone.region, "us-east-1");
+}
+
+/// The network-node labels of instances with a topology, as upstream writes them, looked up in calls of up
+/// to 100 instance IDs; a type AWS lists no topology for is not asked again, nodes with the labels are not
+/// asked for, and only instance types that should have a topology fail without one.
+#[tokio::test]
+async fn network_topology_labels_in_bulk() {
+    let world = World::new("topology").await;
+    let gpu = world.instance_of_type(0, "p5.48xlarge").await;
+    let gpu2 = world.instance_of_type(1, "p5.48xlarge").await;
+    let plain = world.instance(0).await;
+    let cloud = provider(&world.config("")).await;
+    let nodes: Vec<_> = [&gpu, &gpu2, &plain]
+        .iter()
+        .map(|i| node_with_id(&i.private_dns_name, &i.provider_id()))
+        .collect();
+    let calls = || cloud.metrics().request_count("DescribeInstanceTopology");
+    let before = calls();
+    let metadata: Vec<_> = cloud
+        .instance_metadata_bulk(&nodes)
+        .await
+        .into_iter()
+        .map(|m| m.unwrap().unwrap())
+        .collect();
+    assert_eq!(calls() - before, 1, "one call for the three instances");
+    let layers = |i: usize| -> Vec<(String, String)> {
+        metadata[i]
+            .additional_labels
+            .iter()
+            .filter(|(k, _)| k.starts_with(LABEL_NETWORK_NODE_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let first = layers(0);
+    assert_eq!(
+        first.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        [
+            "topology.k8s.aws/network-node-layer-1",
+            "topology.k8s.aws/network-node-layer-2",
+            "topology.k8s.aws/network-node-layer-3"
+        ]
+    );
+    // Instances in different zones share no network node; the third layer is each instance's own.
+    assert_ne!(first[0].1, layers(1)[0].1);
+    assert!(layers(2).is_empty(), "m5.large has no topology");
+
+    // Again: m5.large is known to have none, and a node that has its labels is not asked for.
+    let mut labelled = nodes[0].clone();
+    labelled.metadata.labels = Some(metadata[0].additional_labels.clone());
+    let before = calls();
+    let again = cloud
+        .instance_metadata_bulk(&[labelled, nodes[2].clone()])
+        .await;
+    assert!(again.iter().all(|m| m.is_ok()));
+    assert_eq!(calls() - before, 0);
+    let before = calls();
+    cloud.instance_metadata_bulk(&nodes[1..2]).await;
+    assert_eq!(
+        calls() - before,
+        1,
+        "answers with a topology are not cached"
+    );
+
+    // An m5.large the pattern says should have a topology initializes without one (the empty answer is
+    // remembered, not an error), as upstream.
+    let strict =
+        provider(&world.config("SupportedTopologyInstanceTypePattern = ^m5\\\\..*$")).await;
+    let meta = strict.instance_metadata(&nodes[2]).await.unwrap().unwrap();
+    assert!(
+        !meta
+            .additional_labels
+            .keys()
+            .any(|k| k.starts_with(LABEL_NETWORK_NODE_PREFIX))
+    );
+}
+
+/// 120 instances: two DescribeInstanceTopology calls (AWS takes at most 100 IDs).
+#[tokio::test]
+async fn topology_lookups_take_100_instances_per_call() {
+    let world = World::new("topologybulk").await;
+    let out = world
+        .ec2
+        .run_instances()
+        .image_id(crate::common::AMI)
+        .instance_type(aws_sdk_ec2::types::InstanceType::from("trn1.32xlarge"))
+        .min_count(120)
+        .max_count(120)
+        .subnet_id(&world.private_subnets[0].0)
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(&world.cluster_tag)
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("run instances");
+    let nodes: Vec<_> = out
+        .instances()
+        .iter()
+        .map(|i| {
+            let id = i.instance_id().unwrap();
+            node_with_id(id, &format!("aws:///us-east-1a/{id}"))
+        })
+        .collect();
+    let cloud = provider(&world.config("")).await;
+    let before = cloud.metrics().request_count("DescribeInstanceTopology");
+    let metadata = cloud.instance_metadata_bulk(&nodes).await;
+    assert_eq!(
+        cloud.metrics().request_count("DescribeInstanceTopology") - before,
+        2
+    );
+    assert!(metadata.iter().all(|m| {
+        m.as_ref()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .additional_labels
+            .len()
+            == 4
+    }));
 }
