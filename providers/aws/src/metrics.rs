@@ -6,7 +6,11 @@
 //!   exact series name (no `_total` suffix: OpenMetrics adds one to every counter, so this one is exposed
 //!   with type `unknown`, see [`UnsuffixedCounter`]);
 //! - `cloudprovider_aws_api_throttled_requests_total{operation_name}`: attempts answered with a throttling
-//!   error (`RequestLimitExceeded`, `Throttling`, ...), each retry counted.
+//!   error (`RequestLimitExceeded`, `Throttling`, ...), each retry counted;
+//! - `cloudprovider_aws_api_response_status_total{service,operation,status_code}`: calls that failed after
+//!   all retries with an HTTP error status (400 and up), by the SDK's service ID (`EC2`, `Elastic Load
+//!   Balancing v2`, `STS`, ...), as upstream counts them since 1.36 (success, and failures without a
+//!   response, are not counted).
 //!
 //! The daemon registers [`AwsMetrics::global`] in its metrics registry with [`AwsMetrics::register`].
 
@@ -37,6 +41,17 @@ use prometheus_client::registry::Registry;
 pub struct RequestLabels {
     /// The API operation, e.g. `DescribeInstances`.
     pub request: String,
+}
+
+/// Label set of the response-status metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    /// The SDK's service ID, e.g. `EC2`.
+    pub service: String,
+    /// The API operation, e.g. `DescribeInstances`.
+    pub operation: String,
+    /// The HTTP status of the last attempt, e.g. `400`.
+    pub status_code: String,
 }
 
 /// Label set of the throttling metric.
@@ -96,6 +111,8 @@ pub struct AwsMetrics {
     pub request_errors: Family<RequestLabels, UnsuffixedCounter>,
     /// `cloudprovider_aws_api_throttled_requests_total{operation_name}`.
     pub throttled_requests: Family<OperationLabels, Counter>,
+    /// `cloudprovider_aws_api_response_status_total{service,operation,status_code}`.
+    pub response_status: Family<StatusLabels, Counter>,
     /// Completed calls per operation (the histogram's sample count, readable without encoding).
     calls: Arc<Mutex<BTreeMap<String, u64>>>,
 }
@@ -106,6 +123,7 @@ impl Default for AwsMetrics {
             request_duration: Family::new_with_constructor(duration_histogram),
             request_errors: Family::default(),
             throttled_requests: Family::default(),
+            response_status: Family::default(),
             calls: Arc::default(),
         }
     }
@@ -135,6 +153,24 @@ impl AwsMetrics {
             "AWS API attempts answered with a throttling error",
             self.throttled_requests.clone(),
         );
+        registry.register(
+            "cloudprovider_aws_api_response_status",
+            "AWS API error response status code counts (terminal, after retries are exhausted)",
+            self.response_status.clone(),
+        );
+    }
+
+    /// Calls of `operation` of `service` that failed with HTTP status `status` so far.
+    pub fn status_count(&self, service: &str, operation: &str, status: u16) -> u64 {
+        let labels = StatusLabels {
+            service: service.to_string(),
+            operation: operation.to_string(),
+            status_code: status.to_string(),
+        };
+        self.response_status
+            .get(&labels)
+            .map(|c| c.get())
+            .unwrap_or(0)
     }
 
     /// Calls of `operation` completed so far (successful or not).
@@ -187,6 +223,16 @@ impl AwsMetrics {
                 .get_or_create(&labels)
                 .observe(seconds);
         }
+    }
+
+    fn error_status(&self, service: &str, operation: &str, status: u16) {
+        self.response_status
+            .get_or_create(&StatusLabels {
+                service: service.to_string(),
+                operation: operation.to_string(),
+                status_code: status.to_string(),
+            })
+            .inc();
     }
 
     fn throttled(&self, operation: &str) {
@@ -280,6 +326,13 @@ pub(crate) fn operation_name(cfg: &ConfigBag) -> &str {
         .unwrap_or("unknown")
 }
 
+/// The SDK's service ID of the current call (`EC2`, `Elastic Load Balancing v2`, ...).
+fn service_id(cfg: &ConfigBag) -> &str {
+    cfg.load::<Metadata>()
+        .map(Metadata::service)
+        .unwrap_or("unknown")
+}
+
 impl Intercept for MetricsInterceptor {
     fn name(&self) -> &'static str {
         "CloudProviderAwsMetrics"
@@ -324,6 +377,11 @@ impl Intercept for MetricsInterceptor {
             .unwrap_or_default();
         let failed = !matches!(context.output_or_error(), Some(Ok(_)));
         self.metrics.observe(operation_name(cfg), seconds, failed);
+        let status = context.response().map(|r| r.status().as_u16());
+        if let Some(status) = status.filter(|s| failed && *s >= 400) {
+            self.metrics
+                .error_status(service_id(cfg), operation_name(cfg), status);
+        }
         Ok(())
     }
 }
@@ -351,6 +409,8 @@ mod tests {
         m.observe("DescribeInstances", 0.01, false);
         m.observe("DescribeInstances", 0.02, true);
         m.throttled("DescribeInstances");
+        m.error_status("EC2", "DescribeInstances", 503);
+        assert_eq!(m.status_count("EC2", "DescribeInstances", 503), 1);
         assert_eq!(m.request_count("DescribeInstances"), 2);
         assert_eq!(m.error_count("DescribeInstances"), 1);
         assert_eq!(m.throttled_count("DescribeInstances"), 1);
@@ -369,6 +429,9 @@ mod tests {
         );
         assert!(text.contains(
             "cloudprovider_aws_api_throttled_requests_total{operation_name=\"DescribeInstances\"} 1"
+        ), "{text}");
+        assert!(text.contains(
+            "cloudprovider_aws_api_response_status_total{service=\"EC2\",operation=\"DescribeInstances\",status_code=\"503\"} 1"
         ), "{text}");
     }
 }
