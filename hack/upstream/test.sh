@@ -43,9 +43,10 @@ rm -rf "$logs"
   --manifest test/e2e/upstream-rbac.yaml \
   --service-account kube-system/cloud-controller-manager
 
-echo "--- upstream: every flag and feature gate of upstream's command is accepted (upstream $("$upstream" --version 2>&1 | head -n 1))"
+echo "--- upstream: every flag and feature gate of upstream's commands is accepted (upstream $("$upstream" --version 2>&1 | head -n 1), cloud-provider-aws $("$upstream_aws" --version 2>&1 | head -n 1))"
 # shellcheck disable=SC2086 # FEATURES is a list of flags
 UPSTREAM_CCM="$upstream" \
+UPSTREAM_AWS_CCM="$upstream_aws" \
   "$cargo" test --workspace $features --locked --test upstream_flag_set -- --ignored
 
 echo "--- upstream: the differential controller suite (upstream $("$upstream" --version 2>&1 | head -n 1))"

@@ -349,14 +349,14 @@ fn bad_flags_exit_2_with_their_messages() {
             "error: --controllers: unknown controller \"-bogus\"; valid values are \"*\", a name or \
              \"-name\" with name one of: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller \
              (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
-             pv-label-controller (pv-label)\n",
+             pv-label-controller (pv-label), tagging-controller (tagging)\n",
         ),
         (
             &["--cloud-provider=fake", "--controllers=*,firewall"],
             "error: --controllers: unknown controller \"firewall\"; valid values are \"*\", a name or \
              \"-name\" with name one of: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller \
              (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
-             pv-label-controller (pv-label)\n",
+             pv-label-controller (pv-label), tagging-controller (tagging)\n",
         ),
         (&["--cloud-provider=external"], &external),
         (&[], &empty),

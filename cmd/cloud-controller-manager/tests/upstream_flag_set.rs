@@ -1,11 +1,13 @@
-//! Every flag and feature gate of upstream's cloud-controller-manager, read from the pinned upstream binary
-//! (`hack/upstream`, which prints its whole flag set with `UPSTREAM_CCM_PRINT_FLAG_SET=1`, hidden flags
-//! included), is accepted by this daemon: a flag upstream adds fails this test until it is handled. Each
-//! flag also takes upstream's own default value, and each gate has upstream's default and stage.
+//! Every flag and feature gate of upstream's cloud-controller-manager, read from the pinned upstream
+//! binaries (`hack/upstream`: k8s.io/cloud-provider's command, and cloud-provider-aws's, which adds the
+//! tagging controller's flags; each prints its whole flag set with `UPSTREAM_CCM_PRINT_FLAG_SET=1`, hidden
+//! flags included), is accepted by this daemon: a flag upstream adds fails this test until it is handled.
+//! Each flag also takes upstream's own default value, and each gate has upstream's default and stage.
 //!
-//! Run by `make test-upstream` (`hack/upstream/test.sh`), which builds the binary and sets
-//! `UPSTREAM_CCM`; alone: `UPSTREAM_CCM=target/upstream/bin/upstream-ccm cargo test -p
-//! cloud-controller-manager --test upstream_flag_set -- --ignored`.
+//! Run by `make test-upstream` (`hack/upstream/test.sh`), which builds the binaries and sets
+//! `UPSTREAM_CCM` and `UPSTREAM_AWS_CCM`; alone: `UPSTREAM_CCM=target/upstream/bin/upstream-ccm
+//! UPSTREAM_AWS_CCM=target/upstream/bin/upstream-aws-ccm cargo test -p cloud-controller-manager --test
+//! upstream_flag_set -- --ignored`.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -15,12 +17,14 @@ use ccm_app::feature_gates::{KNOWN_GATES, Stage};
 use clap::{CommandFactory, Parser};
 use serde_json::Value;
 
-/// The upstream binary's flag set and gates.
-fn upstream() -> Value {
-    let binary = std::env::var("UPSTREAM_CCM").expect(
-        "UPSTREAM_CCM names the upstream cloud-controller-manager binary (hack/upstream/build.sh builds it; \
-         make test-upstream sets it)",
-    );
+/// The flag set and gates of the upstream binary named by the environment variable `variable`.
+fn upstream(variable: &str) -> Value {
+    let binary = std::env::var(variable).unwrap_or_else(|_| {
+        panic!(
+            "{variable} names an upstream cloud-controller-manager binary (hack/upstream/build.sh builds it; \
+             make test-upstream sets it)"
+        )
+    });
     let output = Command::new(&binary)
         .env("UPSTREAM_CCM_PRINT_FLAG_SET", "1")
         .output()
@@ -63,7 +67,27 @@ fn with_default(flag: &Value) -> Option<String> {
 #[test]
 #[ignore = "needs the upstream binary: run by make test-upstream"]
 fn every_upstream_flag_and_gate_is_accepted() {
-    let upstream = upstream();
+    check(&upstream("UPSTREAM_CCM"));
+}
+
+#[test]
+#[ignore = "needs the upstream binary: run by make test-upstream"]
+fn every_flag_of_cloud_provider_aws_is_accepted() {
+    let aws = upstream("UPSTREAM_AWS_CCM");
+    let names: Vec<&str> = aws["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    for tagging in ["tags", "resources", "tagging-controller-enable-batching"] {
+        assert!(names.contains(&tagging), "{names:?}");
+    }
+    check(&aws);
+}
+
+/// Every flag of `upstream` is accepted with its default, and every gate has its default and stage.
+fn check(upstream: &Value) {
     let flags = upstream["flags"].as_array().unwrap();
     assert!(flags.len() > 80, "{flags:?}");
     let ours = ours();

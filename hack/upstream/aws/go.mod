@@ -140,3 +140,7 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+require ccm.test/upstream/flagset v0.0.0
+
+replace ccm.test/upstream/flagset => ../flagset

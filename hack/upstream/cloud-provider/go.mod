@@ -114,3 +114,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+require ccm.test/upstream/flagset v0.0.0
+
+replace ccm.test/upstream/flagset => ../flagset

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 
+	"ccm.test/upstream/flagset"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/cloud-provider/app"
@@ -31,7 +32,7 @@ func main() {
 	}
 	command := app.NewCloudControllerManagerCommand(ccmOptions, initializeCloud, app.DefaultInitFuncConstructors,
 		names.CCMControllerAliases(), cliflag.NamedFlagSets{}, wait.NeverStop)
-	printFlagSetIfAsked(command)
+	flagset.PrintIfAsked(command, nil)
 	os.Exit(cli.Run(command))
 }
 

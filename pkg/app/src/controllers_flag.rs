@@ -145,7 +145,9 @@ mod tests {
         assert!(err.contains("unknown controller \"-firewall\""), "{err}");
         let err = selection(&["nope"]).resolve(&[FIREWALL]).unwrap_err();
         assert!(
-            err.ends_with("pv-label-controller (pv-label), firewall-controller (firewall)"),
+            err.ends_with(
+                "pv-label-controller (pv-label), tagging-controller (tagging), firewall-controller (firewall)"
+            ),
             "{err}"
         );
     }
@@ -188,9 +190,14 @@ mod tests {
             vec![CloudNode, CloudNodeLifecycle, ServiceLb, NodeRoute]
         );
         let all: Vec<_> = ControllerName::all().collect();
-        assert_eq!(on(&["*", "pv-label"]), all);
-        assert_eq!(on(&["pv-label", "*"]), all);
+        assert_eq!(on(&["*", "pv-label", "tagging"]), all);
+        assert_eq!(on(&["pv-label", "tagging", "*"]), all);
         assert_eq!(on(&["*", "-pv-label"]), on(&["*"]));
+        // cloud-provider-aws's way of turning the tagging controller on.
+        assert_eq!(
+            on(&["*", "tagging"]),
+            vec![CloudNode, CloudNodeLifecycle, ServiceLb, NodeRoute, Tagging]
+        );
     }
 
     #[test]
@@ -233,7 +240,7 @@ mod tests {
                     "--controllers: unknown controller {bad:?}; valid values are \"*\", a name or \"-name\" \
                      with name one of: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller \
                      (cloud-node-lifecycle), service-lb-controller (service), node-route-controller (route), \
-                     pv-label-controller (pv-label)"
+                     pv-label-controller (pv-label), tagging-controller (tagging)"
                 )
             );
         }

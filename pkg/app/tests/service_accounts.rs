@@ -184,6 +184,7 @@ const CONTROLLER_WRITES: &[(ControllerName, &[&str])] = &[
         ControllerName::PvLabel,
         &["get persistentvolumes", "update persistentvolumes"],
     ),
+    (ControllerName::Tagging, &["patch nodes"]),
 ];
 
 fn strings(value: &serde_json::Value) -> Vec<String> {
@@ -223,7 +224,8 @@ fn the_optional_rbac_manifest_matches_the_controllers() {
             "node-controller",
             "service-controller",
             "route-controller",
-            "pvl-controller"
+            "pvl-controller",
+            "tagging-controller"
         ]
     );
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::{
     Clusters, Instances, InstancesV2, LoadBalancer, MutationGate, ProviderController, PvLabeler,
-    Result, Routes, Zones,
+    ResourceTagger, Result, Routes, Zones,
 };
 
 /// A cloud provider: the entry point the controller manager gets from the [`Registry`](crate::Registry).
@@ -56,6 +56,11 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// Zone/region labels for PersistentVolumes backed by this cloud's volumes.
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
+        None
+    }
+
+    /// Tags on the cloud resources behind nodes (the tagging controller).
+    fn resource_tagger(&self) -> Option<&dyn ResourceTagger> {
         None
     }
 

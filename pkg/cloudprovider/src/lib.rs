@@ -2,7 +2,7 @@
 //!
 //! A cloud provider is a type implementing [`CloudProvider`]. Its capability accessors return the parts it
 //! supports ([`LoadBalancer`], [`Instances`], [`InstancesV2`], [`Zones`], [`Clusters`], [`Routes`],
-//! [`PvLabeler`]); the controller manager starts only the controllers whose capabilities are present.
+//! [`PvLabeler`], [`ResourceTagger`]); the controller manager starts only the controllers whose capabilities are present.
 //! Providers are compiled in and selected at run time by name through a [`Registry`], whose factories
 //! receive the bytes of the `--cloud-config` file.
 //!
@@ -125,6 +125,7 @@ pub mod node_address;
 pub mod provider_id;
 pub mod pv_labeler;
 pub mod registry;
+pub mod resource_tagger;
 pub mod routes;
 pub mod well_known;
 pub mod zones;
@@ -147,6 +148,7 @@ pub use node_address::{
 pub use provider_id::{ProviderId, ProviderIdError};
 pub use pv_labeler::PvLabeler;
 pub use registry::{EXTERNAL_PROVIDER_NAME, ProviderFactory, Registry, RegistryError};
+pub use resource_tagger::{ResourceTagger, TagOutcome};
 pub use routes::{Route, Routes};
 pub use well_known::*;
 pub use zones::{Zone, Zones};

@@ -67,6 +67,88 @@ pub struct ControllerConfig {
     /// looked at and the syncs that failed in this log (the provider's gate and the API clients record the
     /// changes).
     pub dry_run: Option<DryRunLog>,
+    /// The tagging controller's settings.
+    pub tagging: TaggingConfig,
+}
+
+/// The tagging controller's settings: `--tags`, `--resources` and the `--tagging-controller-*` flags of
+/// cloud-provider-aws. They are checked when the controller starts ([`TaggingConfig::problems`]), as
+/// upstream checks them: a cluster that does not run it need not set them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaggingConfig {
+    /// `--tags`: the tags to put on the resources of every node.
+    pub tags: BTreeMap<String, String>,
+    /// `--resources`: the kinds of resources to tag.
+    pub resources: Vec<String>,
+    /// `--tagging-controller-rate-limit`: syncs per second (limited only when it and the burst are both
+    /// greater than 0, as upstream).
+    pub rate_limit: f64,
+    /// `--tagging-controller-burst-limit`.
+    pub burst_limit: i64,
+    /// `--tagging-controller-concurrent-node-syncs`: workers.
+    pub workers: i64,
+    /// `--tagging-controller-enable-batching`: up to 50 nodes per cloud call.
+    pub batching: bool,
+}
+
+impl Default for TaggingConfig {
+    /// Upstream's defaults: no tags, no resources, no rate limit, one worker, no batching.
+    fn default() -> Self {
+        TaggingConfig {
+            tags: BTreeMap::new(),
+            resources: Vec::new(),
+            rate_limit: 0.0,
+            burst_limit: 0,
+            workers: 1,
+            batching: false,
+        }
+    }
+}
+
+impl TaggingConfig {
+    /// What is wrong with the settings for a provider that tags `kinds` of resources, in upstream's words.
+    pub fn problems(&self, kinds: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.tags.is_empty() {
+            problems.push("--tags must not be empty and must be a form of key=value".to_string());
+        }
+        if self.resources.is_empty() {
+            problems.push("--resources must not be empty".to_string());
+        }
+        for resource in self
+            .resources
+            .iter()
+            .filter(|r| !kinds.contains(&r.as_str()))
+        {
+            problems.push(format!(
+                "{resource} is not a supported resource. Current supported resources {kinds:?}"
+            ));
+        }
+        if self.rate_limit < 0.0 || self.rate_limit.is_nan() {
+            problems
+                .push("--tagging-controller-rate-limit should not be less than zero".to_string());
+        }
+        if self.burst_limit < 0 {
+            problems
+                .push("--tagging-controller-burst-limit should not be less than zero".to_string());
+        }
+        if self.workers <= 0 {
+            problems.push(
+                "--tagging-controller-concurrent-node-syncs must be a positive number".to_string(),
+            );
+        }
+        problems
+    }
+
+    /// The limit on syncs per second and its burst, when both flags are greater than 0.
+    pub fn rate(&self) -> Option<(f64, u32)> {
+        (self.rate_limit > 0.0 && self.burst_limit > 0).then(|| {
+            (
+                self.rate_limit,
+                u32::try_from(self.burst_limit).unwrap_or(u32::MAX),
+            )
+        })
+    }
 }
 
 /// API clients of individual controllers, by controller (see [`ControllerContext::client_for`]).
@@ -131,6 +213,7 @@ impl Default for ControllerConfig {
             controller_clients: ControllerClients::default(),
             event_clients: ControllerClients::default(),
             dry_run: None,
+            tagging: TaggingConfig::default(),
         }
     }
 }

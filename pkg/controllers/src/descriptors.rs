@@ -35,6 +35,8 @@ pub enum Capability {
     Routes,
     /// `PvLabeler`.
     PvLabeler,
+    /// `ResourceTagger`.
+    ResourceTagger,
 }
 
 impl Capability {
@@ -57,6 +59,10 @@ impl Capability {
                 .pv_labeler()
                 .is_none()
                 .then(|| format!("cloud provider {name:?} does not label volumes")),
+            Capability::ResourceTagger => cloud
+                .resource_tagger()
+                .is_none()
+                .then(|| format!("tagging controller does not support {name:?} provider")),
         }
     }
 }
@@ -142,6 +148,24 @@ const CONFIGURE_CLOUD_ROUTES: FlagGate = FlagGate {
              node-route-controller is not started",
 };
 
+/// The tagging controller's flags must be usable with the provider (upstream checks them when the
+/// controller starts and exits when they are not).
+fn tagging_flags_are_valid(ctx: &ControllerContext) -> Result<(), ControllersError> {
+    let kinds = ctx
+        .cloud
+        .resource_tagger()
+        .map(|t| t.resource_kinds())
+        .unwrap_or_default();
+    let problems = ctx.config.tagging.problems(kinds);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(ControllersError::Config(format!(
+        "Tagging controller inputs are not properly set: {}",
+        problems.join("; ")
+    )))
+}
+
 fn start_cloud_node(ctx: &ControllerContext, informers: &SharedInformers) -> Runner {
     let c = crate::node::CloudNodeController::new(ctx, informers);
     Box::new(move |token| Box::pin(c.run(token)))
@@ -167,8 +191,13 @@ fn start_pv_label(ctx: &ControllerContext, informers: &SharedInformers) -> Runne
     Box::new(move |token| Box::pin(c.run(token)))
 }
 
+fn start_tagging(ctx: &ControllerContext, informers: &SharedInformers) -> Runner {
+    let c = crate::tagging::TaggingController::new(ctx, informers);
+    Box::new(move |token| Box::pin(c.run(token)))
+}
+
 /// Every controller of this crate, in the deterministic order in which they are started.
-pub static CONTROLLERS: [ControllerDescriptor; 5] = [
+pub static CONTROLLERS: [ControllerDescriptor; 6] = [
     ControllerDescriptor {
         name: ControllerName::CloudNode,
         info: ControllerInfo::new("cloud-node-controller", "cloud-node"),
@@ -231,6 +260,19 @@ pub static CONTROLLERS: [ControllerDescriptor; 5] = [
         workqueue: Some(queue_names::PV_LABELS),
         client_name: "pvl-controller",
         event_component: "pvl-controller",
+    },
+    // cloud-provider-aws's tagging controller (`--controllers=*,tagging`), off by default as there.
+    ControllerDescriptor {
+        name: ControllerName::Tagging,
+        info: ControllerInfo::new("tagging-controller", "tagging").disabled_by_default(),
+        needs: Capability::ResourceTagger,
+        flag_gate: None,
+        precondition: tagging_flags_are_valid,
+        start: start_tagging,
+        metrics_name: "tagging",
+        workqueue: Some(queue_names::TAGGING),
+        client_name: "tagging-controller",
+        event_component: "tagging-controller",
     },
 ];
 
@@ -317,7 +359,10 @@ mod tests {
         let metrics: HashSet<_> = CONTROLLERS.iter().map(|r| r.metrics_name).collect();
         assert_eq!(metrics.len(), CONTROLLERS.len());
         let queues: Vec<_> = CONTROLLERS.iter().filter_map(|r| r.workqueue).collect();
-        assert_eq!(queues, ["Nodes", "service", "pvLabels"]);
+        assert_eq!(
+            queues,
+            ["Nodes", "service", "pvLabels", "tagging-controller"]
+        );
     }
 
     #[test]
@@ -346,7 +391,8 @@ mod tests {
                 "cloud-node-lifecycle",
                 "service",
                 "route",
-                "pv-label"
+                "pv-label",
+                "tagging"
             ]
         );
         let by_default: Vec<_> = infos()

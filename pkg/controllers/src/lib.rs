@@ -39,6 +39,7 @@ pub mod provider_controllers;
 pub mod pv_label;
 pub mod route;
 pub mod service;
+pub mod tagging;
 pub mod timed_cloud;
 pub mod workqueue;
 pub mod workqueue_metrics;
@@ -52,7 +53,7 @@ pub use config::{
     CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ClusterCidrsError, NonZeroDuration,
     Percent, Period, PeriodError,
 };
-pub use context::{ControllerConfig, ControllerContext};
+pub use context::{ControllerConfig, ControllerContext, TaggingConfig};
 pub use descriptors::{CONTROLLERS, Capability, ControllerDescriptor};
 pub use error::ControllersError;
 pub use events::{EventRecorder, EventType, object_ref};

@@ -1,5 +1,6 @@
 //! Controller metrics with the upstream names (`node_controller_*`, `service_controller_*`,
-//! `route_controller_*`, `workqueue_*`, `running_managed_controllers`), plus a few of our own for the
+//! `route_controller_*`, the tagging controller's of cloud-provider-aws, `workqueue_*`,
+//! `running_managed_controllers`), plus a few of our own for the
 //! node-lifecycle deletion guard, worker panics, cloud calls that timed out and the event recorder.
 //!
 //! prometheus-client appends `_total` to counters when encoding, so counters are registered without it.
@@ -34,6 +35,15 @@ pub struct CloudCallLabels {
     pub controller: String,
     /// The provider-contract method, e.g. `list_routes`.
     pub operation: String,
+}
+
+/// Label set of the tagging controller's error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaggingErrorLabels {
+    /// `total_errors` (a failed sync, retried) or `errors_after_retries_exhausted` (given up).
+    pub error_type: String,
+    /// The node's instance (the last part of its provider ID).
+    pub instance_id: String,
 }
 
 /// Label set of `running_managed_controllers`.
@@ -81,6 +91,12 @@ pub struct ControllerMetrics {
     /// `cloud_controllers_cloud_call_timeouts_total{controller,operation}`: cloud calls abandoned after
     /// `--cloud-call-timeout`.
     pub cloud_call_timeouts: Family<CloudCallLabels, Counter>,
+    /// `cloudprovider_aws_tagging_controller_work_item_errors_total{error_type,instance_id}`: failed
+    /// tagging syncs (cloud-provider-aws's name, kept for every provider).
+    pub tagging_work_item_errors: Family<TaggingErrorLabels, Counter>,
+    /// `tagging_controller_inital_node_tagging_delay_seconds` (upstream's spelling): seconds from node
+    /// creation until its resources were first tagged.
+    pub tagging_initial_delay: Histogram,
     /// `workqueue_*{name}`: the controllers' work queues.
     pub workqueues: WorkqueueMetrics,
     /// `running_managed_controllers{name,manager}`: 1 while a controller runs, 0 once it stopped.
@@ -104,6 +120,8 @@ impl Default for ControllerMetrics {
             events: Family::default(),
             worker_panics: Family::default(),
             cloud_call_timeouts: Family::default(),
+            tagging_work_item_errors: Family::default(),
+            tagging_initial_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
             workqueues: WorkqueueMetrics::default(),
             running_controllers: Family::default(),
         }
@@ -173,6 +191,16 @@ impl ControllerMetrics {
             "cloud_controllers_events",
             "Events recorded by the controllers, by outcome (created, series_updated, aggregated, failed, dropped)",
             m.events.clone(),
+        );
+        registry.register(
+            "cloudprovider_aws_tagging_controller_work_item_errors",
+            "any error in dequeueing the work queue and processing workItem",
+            m.tagging_work_item_errors.clone(),
+        );
+        registry.register(
+            "tagging_controller_inital_node_tagging_delay_seconds",
+            "Latency (in seconds) between node creation and its first successful tagging by TaggingController.",
+            m.tagging_initial_delay.clone(),
         );
         registry.register(
             "running_managed_controllers",

@@ -18,6 +18,8 @@ pub enum ControllerName {
     NodeRoute,
     /// `pv-label-controller`: zone and region labels on PersistentVolumes backed by cloud volumes.
     PvLabel,
+    /// `tagging-controller`: tags on the cloud resources of nodes (cloud-provider-aws's `tagging`).
+    Tagging,
 }
 
 impl fmt::Display for ControllerName {

@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use cloud_provider::{
     CloudError, CloudProvider, Clusters, InstanceMetadata, InstanceState, Instances, InstancesV2,
-    LoadBalancer, MutationGate, ProviderController, PvLabeler, Result, Route, Routes, Zone, Zones,
+    LoadBalancer, MutationGate, ProviderController, PvLabeler, ResourceTagger, Result, Route,
+    Routes, TagOutcome, Zone, Zones,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service,
@@ -68,6 +69,11 @@ impl TimedCloud {
     fn labeler(&self) -> Result<&dyn PvLabeler> {
         self.inner.pv_labeler().ok_or(CloudError::NotImplemented)
     }
+    fn tagger(&self) -> Result<&dyn ResourceTagger> {
+        self.inner
+            .resource_tagger()
+            .ok_or(CloudError::NotImplemented)
+    }
 }
 
 #[async_trait::async_trait]
@@ -109,6 +115,12 @@ impl CloudProvider for TimedCloud {
 
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
         self.inner.pv_labeler().map(|_| self as &dyn PvLabeler)
+    }
+
+    fn resource_tagger(&self) -> Option<&dyn ResourceTagger> {
+        self.inner
+            .resource_tagger()
+            .map(|_| self as &dyn ResourceTagger)
     }
 
     fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
@@ -408,6 +420,63 @@ impl PvLabeler for TimedCloud {
         self.calls
             .run("get_labels_for_volume", labeler.get_labels_for_volume(pv))
             .await
+    }
+}
+
+#[async_trait::async_trait]
+impl ResourceTagger for TimedCloud {
+    fn resource_kinds(&self) -> &'static [&'static str] {
+        self.tagger().map(|t| t.resource_kinds()).unwrap_or(&[])
+    }
+
+    fn tagged_label(&self) -> &'static str {
+        self.tagger().map(|t| t.tagged_label()).unwrap_or_default()
+    }
+
+    async fn tag_nodes(
+        &self,
+        nodes: &[Node],
+        resources: &[String],
+        tags: &BTreeMap<String, String>,
+    ) -> Vec<Result<TagOutcome>> {
+        match self.tagger() {
+            Ok(tagger) => {
+                self.calls
+                    .run_bulk(
+                        "tag_nodes",
+                        nodes.len(),
+                        tagger.tag_nodes(nodes, resources, tags),
+                    )
+                    .await
+            }
+            Err(_) => nodes
+                .iter()
+                .map(|_| Err(CloudError::NotImplemented))
+                .collect(),
+        }
+    }
+
+    async fn untag_nodes(
+        &self,
+        nodes: &[Node],
+        resources: &[String],
+        tags: &BTreeMap<String, String>,
+    ) -> Vec<Result<TagOutcome>> {
+        match self.tagger() {
+            Ok(tagger) => {
+                self.calls
+                    .run_bulk(
+                        "untag_nodes",
+                        nodes.len(),
+                        tagger.untag_nodes(nodes, resources, tags),
+                    )
+                    .await
+            }
+            Err(_) => nodes
+                .iter()
+                .map(|_| Err(CloudError::NotImplemented))
+                .collect(),
+        }
     }
 }
 

@@ -23,6 +23,8 @@ pub mod queue_names {
     pub const SERVICE: &str = "service";
     /// pv-label-controller's queue (the name of the legacy PersistentVolume label controller's).
     pub const PV_LABELS: &str = "pvLabels";
+    /// tagging-controller's queue (cloud-provider-aws's).
+    pub const TAGGING: &str = "tagging-controller";
 }
 
 /// The label of every work-queue metric.

@@ -247,7 +247,7 @@ async fn lifecycle_deletions_never_exceed_the_rate() {
     // Each pass makes two bulk state calls (the check and the second look) and deletes one node.
     let passes = (cloud.call_count("instance_states") - passes_before).div_ceil(2);
     assert!(
-        h.metrics.node_lifecycle_nodes_deleted.get() <= passes as u64 + 1,
+        h.metrics.node_lifecycle_nodes_deleted.get() <= passes + 1,
         "{} deletions in {passes} passes",
         h.metrics.node_lifecycle_nodes_deleted.get()
     );

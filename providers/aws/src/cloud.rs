@@ -332,6 +332,10 @@ impl CloudProvider for AwsCloud {
         Some(self)
     }
 
+    fn resource_tagger(&self) -> Option<&dyn cloud_provider::ResourceTagger> {
+        Some(self)
+    }
+
     fn mutation_gate(&self) -> Option<&cloud_provider::MutationGate> {
         Some(&self.clients.gate)
     }

@@ -12,6 +12,8 @@
 //! - [`LoadBalancer`](cloud_provider::LoadBalancer): NLBs (see [`load_balancer`]).
 //! - [`Routes`](cloud_provider::Routes): pod routes in the cluster's route table.
 //! - [`PvLabeler`](cloud_provider::PvLabeler): zone and region labels of EBS-backed volumes.
+//! - [`ResourceTagger`](cloud_provider::ResourceTagger): the tagging controller's instance tags (see
+//!   [`resource_tags`]).
 //!
 //! Every AWS call is counted in [`AwsMetrics`] under the upstream metric names, retried by the SDK in
 //! standard or adaptive mode, and never logged with credentials. Every call that can change something
@@ -30,6 +32,7 @@ pub mod metrics;
 mod mutation_gate;
 mod paginate;
 pub mod provider_id;
+pub mod resource_tags;
 pub mod routes;
 pub mod tagging;
 pub mod topology;

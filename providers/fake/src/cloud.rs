@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use cloud_provider::{
     CloudError, CloudProvider, Clusters, InstanceMetadata, InstanceState, Instances, InstancesV2,
-    LoadBalancer, MutationGate, ProviderId, PvLabeler, Result, Route, Routes, Zone, Zones,
-    well_known,
+    LoadBalancer, MutationGate, ProviderId, PvLabeler, ResourceTagger, Result, Route, Routes,
+    TagOutcome, Zone, Zones, well_known,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service,
@@ -286,6 +286,9 @@ impl CloudProvider for FakeCloud {
         Some(self)
     }
     fn pv_labeler(&self) -> Option<&dyn PvLabeler> {
+        Some(self)
+    }
+    fn resource_tagger(&self) -> Option<&dyn ResourceTagger> {
         Some(self)
     }
     fn has_cluster_id(&self) -> bool {
@@ -603,6 +606,92 @@ impl PvLabeler for FakeCloud {
             (well_known::LABEL_REGION.to_string(), region.clone()),
             (well_known::LABEL_REGION_BETA.to_string(), region),
         ])))
+    }
+}
+
+/// The node label recording the checksum of the tags on a node's fake instance.
+pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-fake";
+
+impl FakeCloud {
+    /// Adds or removes `tags` on the instances of `nodes` (one gated call for the batch): an unknown
+    /// instance is `InstanceNotFound` when adding and done when removing; a node without a provider ID
+    /// cannot be tagged.
+    async fn change_tags(
+        &self,
+        op: &'static str,
+        nodes: &[Node],
+        tags: &BTreeMap<String, String>,
+        add: bool,
+    ) -> Vec<Result<TagOutcome>> {
+        if !nodes.is_empty()
+            && let Err(CloudError::WouldChange { operation }) = self
+                .shared
+                .mutations
+                .check(op, || format!("{} nodes: {tags:?}", nodes.len()))
+        {
+            return nodes
+                .iter()
+                .map(|_| {
+                    Err(CloudError::WouldChange {
+                        operation: operation.clone(),
+                    })
+                })
+                .collect();
+        }
+        if let Some(injected) = self.gate(op).await {
+            return nodes
+                .iter()
+                .map(|_| Err(injected.error(op, CloudError::InstanceNotFound)))
+                .collect();
+        }
+        nodes
+            .iter()
+            .map(|node| {
+                let Some(provider_id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+                else {
+                    return Ok(TagOutcome::NotTaggable);
+                };
+                match self
+                    .shared
+                    .state
+                    .lock()
+                    .change_tags(self.cfg(), provider_id, tags, add)?
+                {
+                    true => Ok(TagOutcome::Done),
+                    false if add => Err(CloudError::InstanceNotFound),
+                    false => Ok(TagOutcome::Done),
+                }
+            })
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl ResourceTagger for FakeCloud {
+    fn resource_kinds(&self) -> &'static [&'static str] {
+        &["instance"]
+    }
+
+    fn tagged_label(&self) -> &'static str {
+        TAGGED_LABEL
+    }
+
+    async fn tag_nodes(
+        &self,
+        nodes: &[Node],
+        _resources: &[String],
+        tags: &BTreeMap<String, String>,
+    ) -> Vec<Result<TagOutcome>> {
+        self.change_tags("tag_nodes", nodes, tags, true).await
+    }
+
+    async fn untag_nodes(
+        &self,
+        nodes: &[Node],
+        _resources: &[String],
+        tags: &BTreeMap<String, String>,
+    ) -> Vec<Result<TagOutcome>> {
+        self.change_tags("untag_nodes", nodes, tags, false).await
     }
 }
 

@@ -44,6 +44,9 @@ pub const OPERATIONS: &[&str] = &[
     "master",
     // PvLabeler
     "get_labels_for_volume",
+    // ResourceTagger
+    "tag_nodes",
+    "untag_nodes",
 ];
 
 /// The wildcard operation name.
@@ -68,6 +71,7 @@ pub const NOT_FOUND_OPERATIONS: &[&str] = &[
     "get_zone_by_node_name",
     "get_load_balancer",
     "get_labels_for_volume",
+    "tag_nodes",
 ];
 
 /// What an injected error looks like.

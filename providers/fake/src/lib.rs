@@ -53,7 +53,7 @@ use std::sync::Arc;
 use cloud_provider::{CloudProvider, Registry, RegistryError};
 
 pub use admin::{AdminError, FaultRequest, router as admin_router};
-pub use cloud::{FakeCloud, provider_id_of};
+pub use cloud::{FakeCloud, TAGGED_LABEL, provider_id_of};
 pub use config::{
     AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER,
     DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,

@@ -70,6 +70,9 @@ pub struct InstanceRecord {
     pub labels: BTreeMap<String, String>,
     /// True when the instance was created by auto-discovery from a node.
     pub auto_discovered: bool,
+    /// The tags the tagging controller put on it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// One port of a load balancer.
@@ -195,6 +198,7 @@ struct Instance {
     addresses: Vec<NodeAddress>,
     labels: BTreeMap<String, String>,
     auto: bool,
+    tags: BTreeMap<String, String>,
 }
 
 /// The mutable state of one fake cloud.
@@ -435,6 +439,7 @@ impl State {
             addresses: i.addresses.clone(),
             labels: i.labels.clone(),
             auto_discovered: i.auto,
+            tags: i.tags.clone(),
         }
     }
 
@@ -462,6 +467,7 @@ impl State {
             addresses: discovered_addresses(cfg, addresses),
             labels: BTreeMap::new(),
             auto: true,
+            tags: BTreeMap::new(),
         };
         tracing::debug!(node = name, instance = id, zone = %inst.zone, "fake cloud discovered an instance");
         self.insert(inst);
@@ -537,6 +543,33 @@ impl State {
         Ok(Some(self.discover(cfg, &id, &id, &[])))
     }
 
+    /// Adds `tags` to the instance of `provider_id` (`add`; an instance is discovered as lookups discover
+    /// it), or removes those keys with those values. `Ok(false)` when there is no such instance.
+    pub(crate) fn change_tags(
+        &mut self,
+        cfg: &FakeConfig,
+        provider_id: &str,
+        tags: &BTreeMap<String, String>,
+        add: bool,
+    ) -> Result<bool, CloudError> {
+        let id = if add {
+            self.resolve_provider_id(cfg, provider_id)?
+        } else {
+            Some(parse_fake_id(provider_id)?)
+        };
+        let Some(instance) = id.and_then(|id| self.instances.get_mut(&id)) else {
+            return Ok(false);
+        };
+        for (key, value) in tags {
+            if add {
+                instance.tags.insert(key.clone(), value.clone());
+            } else if instance.tags.get(key) == Some(value) {
+                instance.tags.remove(key);
+            }
+        }
+        Ok(true)
+    }
+
     /// The instance with this ID, as a record.
     pub(crate) fn instance(&self, cfg: &FakeConfig, id: &str) -> Option<InstanceRecord> {
         self.instances.get(id).map(|i| Self::record(cfg, i))
@@ -607,6 +640,7 @@ impl State {
                 .collect(),
             labels: inst.labels.clone(),
             auto: false,
+            tags: BTreeMap::new(),
         };
         let record = Self::record(cfg, &instance);
         if inst.state == InitialState::Terminated {

@@ -1,12 +1,14 @@
-//! The controllers' own flags: upstream's cloud-node, cloud-node-lifecycle, service-lb and route flags, and
-//! the daemon's (`--cloud-call-timeout`, `--node-deletion-max-percent`, `--instance-exists-grace-period`).
+//! The controllers' own flags: upstream's cloud-node, cloud-node-lifecycle, service-lb and route flags,
+//! cloud-provider-aws's tagging controller flags, and the daemon's (`--cloud-call-timeout`,
+//! `--node-deletion-max-percent`, `--instance-exists-grace-period`).
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{ArgAction, Args};
 use cloud_controllers::config::defaults;
 
 use super::duration_default;
+use super::values::{parse_go_bool, parse_key_value_pairs};
 use crate::duration::parse_duration;
 
 /// The controllers' settings.
@@ -116,4 +118,66 @@ pub struct ControllerOptions {
         help_heading = "Generic"
     )]
     pub cloud_call_timeout: Duration,
+
+    /// Tags to put on the cloud resources of every node (`key=value,key2=value2`; repeat the flag to add
+    /// more). Required when the tagging controller runs.
+    #[arg(
+        long = "tags",
+        value_name = "KEY=VALUE,...",
+        action = ArgAction::Append,
+        value_parser = parse_key_value_pairs,
+        help_heading = "Tagging controller"
+    )]
+    pub tags: Vec<Vec<(String, String)>>,
+
+    /// A kind of cloud resource of the nodes to tag (AWS: instance); repeat the flag for more. Required
+    /// when the tagging controller runs.
+    #[arg(
+        long = "resources",
+        value_name = "RESOURCE",
+        action = ArgAction::Append,
+        help_heading = "Tagging controller"
+    )]
+    pub resources: Vec<String>,
+
+    /// Tagging calls per second (with --tagging-controller-burst-limit; both greater than 0 to limit).
+    #[arg(
+        long,
+        value_name = "RATE",
+        default_value_t = 0.0,
+        help_heading = "Tagging controller"
+    )]
+    pub tagging_controller_rate_limit: f64,
+
+    /// Tagging calls allowed at once beyond the rate (with --tagging-controller-rate-limit).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Tagging controller"
+    )]
+    pub tagging_controller_burst_limit: i64,
+
+    /// Nodes the tagging controller syncs at once (at least 1).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Tagging controller"
+    )]
+    pub tagging_controller_concurrent_node_syncs: i64,
+
+    /// Tag the resources of up to 50 nodes in one cloud call.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        action = ArgAction::Set,
+        value_parser = parse_go_bool,
+        help_heading = "Tagging controller"
+    )]
+    pub tagging_controller_enable_batching: bool,
 }

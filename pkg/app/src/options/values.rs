@@ -1,6 +1,6 @@
 //! Parsers of the flag value types upstream's flags have beyond strings, numbers and durations: Go
-//! booleans, klog levels, `--version`'s forms, `--tls-sni-cert-key`'s named certificate pairs and
-//! Kubernetes quantities (`--log-*-info-buffer-size`).
+//! booleans, klog levels, `--version`'s forms, `--tls-sni-cert-key`'s named certificate pairs, Kubernetes
+//! quantities (`--log-*-info-buffer-size`) and key=value maps (`--tags`).
 
 use std::path::PathBuf;
 
@@ -14,6 +14,49 @@ pub fn parse_go_bool(text: &str) -> Result<bool, String> {
             "invalid boolean {other:?} (expected true, false, 1, 0, t or f)"
         )),
     }
+}
+
+/// Parses one occurrence of a key=value map flag (`--tags`) as pflag's string-to-string flag does: a value
+/// with one `=` is one pair (quotes around it dropped, commas kept in the value); with more, the value is a
+/// CSV record of `key=value` fields. Later occurrences of the flag add to (and override) earlier ones.
+pub fn parse_key_value_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+    let fields = match text.matches('=').count() {
+        0 => return Err(format!("{text} must be formatted as key=value")),
+        1 => vec![text.trim_matches('"').to_string()],
+        _ => csv_record(text)?,
+    };
+    fields
+        .into_iter()
+        .map(|field| match field.split_once('=') {
+            Some((key, value)) => Ok((key.to_string(), value.to_string())),
+            None => Err(format!("{field} must be formatted as key=value")),
+        })
+        .collect()
+}
+
+/// The fields of one CSV record (RFC 4180 quoting: `"a,b"` is one field, `""` inside quotes is a quote).
+fn csv_record(text: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            ('"', true) => quoted = false,
+            ('"', false) if field.is_empty() => quoted = true,
+            (',', false) => fields.push(std::mem::take(&mut field)),
+            (c, _) => field.push(c),
+        }
+    }
+    if quoted {
+        return Err(format!("{text}: unterminated quoted field"));
+    }
+    fields.push(field);
+    Ok(fields)
 }
 
 /// Parses a klog verbosity level: any number that fits in 31 bits (levels past 10 log what 10 logs).
@@ -159,6 +202,23 @@ mod tests {
         }
         assert!(parse_go_bool("yes").is_err());
         assert!(parse_go_bool("").is_err());
+    }
+
+    #[test]
+    fn key_value_pairs_as_pflag_reads_them() {
+        let pairs = |text: &str| -> Vec<(String, String)> { parse_key_value_pairs(text).unwrap() };
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(pairs("team=ml"), [kv("team", "ml")]);
+        // One `=`: the whole value is one pair, commas included.
+        assert_eq!(pairs("owner=a,b"), [kv("owner", "a,b")]);
+        assert_eq!(pairs("\"k=v\""), [kv("k", "v")]);
+        assert_eq!(pairs("a=1,b=2"), [kv("a", "1"), kv("b", "2")]);
+        assert_eq!(pairs("a=1,b="), [kv("a", "1"), kv("b", "")]);
+        assert_eq!(pairs("\"a=x,y\",b=2"), [kv("a", "x,y"), kv("b", "2")]);
+        assert_eq!(pairs("a==b,c=d"), [kv("a", "=b"), kv("c", "d")]);
+        for bad in ["", "team", "a=1,b,c=2", "\"a=1,b=2"] {
+            assert!(parse_key_value_pairs(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

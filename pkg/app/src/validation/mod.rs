@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cloud_controllers::{
     CloudCallTimeout, CloudCallTimeoutError, ClusterCidrs, ControllerConfig, NonZeroDuration,
-    Percent, Period, PeriodError,
+    Percent, Period, PeriodError, TaggingConfig,
 };
 use cloud_provider::RegistryError;
 
@@ -27,7 +27,7 @@ use crate::leader::{LeaderElectionConfig, LeaseDuration, LeaseDurationError};
 use crate::leader_migration::{LEASES, LeaderMigrationConfig};
 use crate::logging::LogSettings;
 use crate::options::values::VersionFlag;
-use crate::options::{DryRunOutput, IgnoredFlag, Options};
+use crate::options::{ControllerOptions, DryRunOutput, IgnoredFlag, Options};
 
 /// client-go's jitter factor for leader-election retries: the renew deadline must exceed
 /// `JITTER_FACTOR * retry period`.
@@ -314,7 +314,21 @@ fn validate_controller_config(
         event_clients: Default::default(),
         // A dry run's log is made when the dry run starts.
         dry_run: None,
+        tagging: tagging_config(options),
     })
+}
+
+/// The tagging controller's flags as given: they are checked when the controller starts (upstream checks
+/// them only then). Later `--tags` occurrences add to earlier ones, as pflag merges them.
+fn tagging_config(options: &ControllerOptions) -> TaggingConfig {
+    TaggingConfig {
+        tags: options.tags.iter().flatten().cloned().collect(),
+        resources: options.resources.clone(),
+        rate_limit: options.tagging_controller_rate_limit,
+        burst_limit: options.tagging_controller_burst_limit,
+        workers: options.tagging_controller_concurrent_node_syncs,
+        batching: options.tagging_controller_enable_batching,
+    }
 }
 
 /// The period of a controller's pass: at least [`Period::MIN`] (a shorter one is refused, never raised).

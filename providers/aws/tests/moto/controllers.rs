@@ -784,3 +784,99 @@ async fn rule_limit_refusals_become_warnings() {
     );
     env.stop().await;
 }
+
+/// The tags of an instance, as EC2 holds them.
+async fn instance_tags(world: &World, id: &str) -> BTreeMap<String, String> {
+    let out = world
+        .ec2
+        .describe_tags()
+        .filters(crate::common::filter("resource-id", &[id]))
+        .send()
+        .await
+        .expect("describe tags");
+    out.tags()
+        .iter()
+        .map(|t| {
+            (
+                t.key().unwrap_or_default().to_string(),
+                t.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The tagging controller with this provider, as cloud-provider-aws's: `--tags` on the instances of the
+/// nodes (batched, a missing instance not failing the others), the `k8s.io/cloud-provider-aws` label with
+/// the tags' checksum, a node whose provider ID names no instance (Fargate) skipped, and the tags removed
+/// from the instance of a deleted node while the cluster's own tags stay.
+#[tokio::test]
+async fn tagging_controller_tags_instances_of_nodes() {
+    let world = World::new("ctltagging").await;
+    let a = world.instance(0).await;
+    let b = world.instance(1).await;
+    let cloud = provider(&world.config("")).await;
+    let mut env = Env::new(cloud).await;
+    let tags = BTreeMap::from([
+        ("team".to_string(), "ml".to_string()),
+        ("cost-center".to_string(), "42".to_string()),
+    ]);
+    env.run(
+        ControllerConfig {
+            tagging: cloud_controllers::TaggingConfig {
+                tags: tags.clone(),
+                resources: vec!["instance".to_string()],
+                batching: true,
+                ..Default::default()
+            },
+            ..ControllerConfig::default()
+        },
+        &[ControllerName::Tagging],
+    );
+    env.create_node(&ready_node(&a)).await;
+    env.create_node(&ready_node(&b)).await;
+    let mut fargate = Node::default();
+    fargate.metadata.name = Some("fargate-ip-10-0-0-1".to_string());
+    fargate.spec = Some(NodeSpec {
+        provider_id: Some("aws:///us-east-1a/fargate-ip-10-0-0-1".to_string()),
+        ..Default::default()
+    });
+    env.create_node(&fargate).await;
+    let checksum = cloud_controllers::tagging::tags_checksum(&tags);
+    for inst in [&a, &b] {
+        wait_until(
+            Duration::from_secs(20),
+            "instance tagged, node labelled",
+            || async {
+                let have = instance_tags(&world, &inst.id).await;
+                let node = env.node(&inst.private_dns_name).await.unwrap();
+                tags.iter().all(|(k, v)| have.get(k) == Some(v))
+                    && label(&node, "k8s.io/cloud-provider-aws") == Some(checksum.as_str())
+            },
+        )
+        .await;
+    }
+    let fargate = env.node("fargate-ip-10-0-0-1").await.unwrap();
+    assert_eq!(label(&fargate, "k8s.io/cloud-provider-aws"), None);
+
+    env.nodes()
+        .delete(&b.private_dns_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the deleted node's instance untagged",
+        || async {
+            let have = instance_tags(&world, &b.id).await;
+            !have.contains_key("team") && !have.contains_key("cost-center")
+        },
+    )
+    .await;
+    let left = instance_tags(&world, &b.id).await;
+    assert_eq!(
+        left.get(&world.cluster_tag).map(String::as_str),
+        Some("owned")
+    );
+    assert!(instance_tags(&world, &a.id).await.contains_key("team"));
+    assert!(env.cloud.metrics().request_count("CreateTags") >= 1);
+    env.stop().await;
+}

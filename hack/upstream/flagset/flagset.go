@@ -1,4 +1,7 @@
-package main
+// Package flagset prints an upstream peer's command-line interface as JSON for the Rust daemon's flag-set
+// tests: every flag as pflag knows it (hidden and deprecated ones included), the feature gates, and what
+// else the peer describes (the AWS peer: its cloud-config keys).
+package flagset
 
 import (
 	"encoding/json"
@@ -10,9 +13,9 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
-// flagSetVariable names the environment variable that makes the command print its flag set instead of
-// running: the Rust daemon's flag-set test compares its own flags with it.
-const flagSetVariable = "UPSTREAM_CCM_PRINT_FLAG_SET"
+// Variable names the environment variable that makes the command print its flag set instead of running:
+// the Rust daemon's flag-set test compares its own flags with it.
+const Variable = "UPSTREAM_CCM_PRINT_FLAG_SET"
 
 // flagDescription is one flag of the command as pflag knows it, hidden and deprecated ones included.
 type flagDescription struct {
@@ -32,10 +35,10 @@ type gateDescription struct {
 	LockToDefault bool   `json:"lockToDefault,omitempty"`
 }
 
-// printFlagSetIfAsked prints the command's flags and feature gates as one JSON document on stdout and
-// exits when flagSetVariable is set.
-func printFlagSetIfAsked(command *cobra.Command) {
-	if os.Getenv(flagSetVariable) == "" {
+// PrintIfAsked prints the command's flags and feature gates, and each document of extra under its name, as
+// one JSON document on stdout and exits when Variable is set.
+func PrintIfAsked(command *cobra.Command, extra map[string]any) {
+	if os.Getenv(Variable) == "" {
 		return
 	}
 	var flags []flagDescription
@@ -55,7 +58,11 @@ func printFlagSetIfAsked(command *cobra.Command) {
 	sort.Slice(gates, func(i, j int) bool { return gates[i].Name < gates[j].Name })
 	encoder := json.NewEncoder(os.Stdout)
 	encoder.SetIndent("", "  ")
-	if err := encoder.Encode(map[string]any{"flags": flags, "featureGates": gates}); err != nil {
+	document := map[string]any{"flags": flags, "featureGates": gates}
+	for name, value := range extra {
+		document[name] = value
+	}
+	if err := encoder.Encode(document); err != nil {
 		os.Exit(1)
 	}
 	os.Exit(0)
