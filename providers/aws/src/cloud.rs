@@ -125,6 +125,15 @@ impl AwsCloud {
             cluster_id = identity.tagging.cluster_id().unwrap_or("<none>"),
             "AWS cloud provider configured"
         );
+        for ignored in &config.ignored {
+            tracing::warn!("{ignored}");
+        }
+        if let crate::config::NlbSecurityGroupMode::Invalid(error) = &config.nlb_security_group_mode
+        {
+            tracing::warn!(
+                "[Global] NLBSecurityGroupMode: {error}; every network load balancer sync fails until it is fixed, as upstream"
+            );
+        }
         if config.source_arn.is_some() && config.role_arn.is_none() {
             tracing::warn!(
                 "[Global] SourceARN has no effect without RoleARN (it is sent when assuming that role)"

@@ -1,11 +1,12 @@
 //! The provider's `--cloud-config` file: an INI file with a `[Global]` section and any number of
 //! `[ServiceOverride "N"]` sections (custom endpoints, for example a local AWS API emulator).
 //!
-//! Every key of upstream's cloud config is accepted and does what it does upstream; the few this provider
-//! cannot honour (`SupportedTopologyInstanceTypePattern`, `NLBSecurityGroupMode = Managed`, a `SigningName`
-//! other than the service's own) fail start-up saying why. Every key is checked when the provider is built:
-//! an unknown section or key, a repeated key or a bad value is an error naming the key and its line, so a
-//! typo fails at start-up instead of being ignored.
+//! Every key of upstream's cloud config is accepted and does what it does upstream (a `SigningName` other
+//! than the service's own, which this provider cannot sign as, fails start-up saying why). Every key is
+//! checked when the provider is built: a repeated key or a bad value is an error naming the key and its line.
+//! A section or key upstream does not know is ignored, as upstream ignores it, and listed in
+//! [`CloudConfig::ignored`], which the provider logs as a warning naming the key and its line (a typo shows
+//! in the log instead of silently dropping a setting).
 //!
 //! ```
 //! use provider_aws::CloudConfig;
@@ -26,8 +27,8 @@
 //! assert!(cfg.disable_security_group_ingress);
 //! assert_eq!(cfg.service_overrides.len(), 1);
 //!
-//! let err = CloudConfig::parse(b"[Global]\nRegoin = eu-west-1\n").unwrap_err();
-//! assert!(err.to_string().contains("Regoin"));
+//! let typo = CloudConfig::parse(b"[Global]\nRegoin = eu-west-1\n").unwrap();
+//! assert!(typo.ignored[0].contains("Regoin"));
 //! ```
 
 use std::time::Duration;
@@ -187,12 +188,14 @@ pub struct CloudConfig {
     /// `...Path`: how load balancers (classic and network) of `externalTrafficPolicy: Cluster` Services check
     /// nodes.
     pub cluster_health_probe: ClusterHealthProbe,
-    /// `NLBSecurityGroupMode = Managed`: each network load balancer gets a security group of its own, which
-    /// admits its clients (see [`crate::load_balancer::nlb_security_group`]).
-    pub nlb_security_group_managed: bool,
+    /// `NLBSecurityGroupMode`: with `Managed` each network load balancer gets a security group of its own,
+    /// which admits its clients (see [`crate::load_balancer::nlb_security_group`]).
+    pub nlb_security_group_mode: NlbSecurityGroupMode,
     /// `SupportedTopologyInstanceTypePattern`: instance types whose nodes must get their network topology
     /// labels (`topology.k8s.aws/network-node-layer-N`) before they are initialized.
     pub topology_instance_types: TopologyPattern,
+    /// The sections and keys upstream does not know, ignored (as upstream ignores them), each with its line.
+    pub ignored: Vec<String>,
 }
 
 /// The instance types that support EC2's instance topology, as a regular expression (upstream's default
@@ -276,8 +279,9 @@ impl Default for CloudConfig {
             instance_cache_ttl: DEFAULT_INSTANCE_CACHE_TTL,
             security_group_rules_limit: None,
             service_overrides: Vec::new(),
+            ignored: Vec::new(),
             cluster_health_probe: ClusterHealthProbe::default(),
-            nlb_security_group_managed: false,
+            nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
             topology_instance_types: TopologyPattern::default(),
         }
     }
@@ -315,7 +319,8 @@ pub enum ConfigError {
         /// The keys the section accepts.
         allowed: String,
     },
-    /// A key given twice where only one value is allowed.
+    /// A key given twice where only one value is allowed (the last one is used, as upstream's parser
+    /// does; listed in [`CloudConfig::ignored`]).
     #[error("cloud config line {line}: key {key} is given more than once in {section}")]
     DuplicateKey {
         /// The section header.
@@ -600,10 +605,8 @@ impl CloudConfig {
         for section in &sections {
             if section.name.eq_ignore_ascii_case("Global") && section.subsection.is_none() {
                 config.apply_global(section, &mut families_seen, &mut probe)?;
-            } else if section.name.eq_ignore_ascii_case("ServiceOverride")
-                && section.subsection.is_some()
-            {
-                let over = parse_override(section)?;
+            } else if section.name.eq_ignore_ascii_case("ServiceOverride") {
+                let over = parse_override(section, &mut config.ignored)?;
                 if let Some(first) = config.service_overrides.iter().find(|o| {
                     o.service.overlaps(over.service)
                         && (o.region == over.region || over.service == AwsService::Imds)
@@ -617,10 +620,10 @@ impl CloudConfig {
                 }
                 config.service_overrides.push(over);
             } else {
-                return Err(ConfigError::UnknownSection {
+                config.ignored.push(ignored(ConfigError::UnknownSection {
                     header: section.header(),
                     line: section.line,
-                });
+                }));
             }
         }
         if let (Some(id), Some(legacy)) = (
@@ -645,14 +648,20 @@ impl CloudConfig {
         let header = section.header();
         let mut seen: Vec<GlobalKey> = Vec::new();
         for entry in &section.entries {
-            let (name, key) = canonical_key(&header, entry, GLOBAL_KEYS)?;
+            let (name, key) = match canonical_key(&header, entry, GLOBAL_KEYS) {
+                Ok(known) => known,
+                Err(unknown) => {
+                    self.ignored.push(ignored(unknown));
+                    continue;
+                }
+            };
             if key != GlobalKey::NodeIpFamilies {
                 if seen.contains(&key) {
-                    return Err(ConfigError::DuplicateKey {
+                    self.ignored.push(repeated(ConfigError::DuplicateKey {
                         section: header.clone(),
                         key: name.to_string(),
                         line: entry.line,
-                    });
+                    }));
                 }
                 seen.push(key);
             }
@@ -688,7 +697,7 @@ impl CloudConfig {
                     .map_err(|err| v.invalid(format!("not a regular expression: {err}")))?
             }
             GlobalKey::NlbSecurityGroupMode => {
-                self.nlb_security_group_managed = nlb_security_group_mode(v)?
+                self.nlb_security_group_mode = NlbSecurityGroupMode::parse(v.text())
             }
             GlobalKey::KubernetesClusterTag => {
                 self.kubernetes_cluster_tag = Some(legacy_cluster_id(v)?)
@@ -779,15 +788,28 @@ fn role_arn(v: &Value<'_>) -> Result<String, ConfigError> {
 }
 
 /// `NLBSecurityGroupMode`: empty (network load balancers get no security group) or `Managed`, exactly as
-/// upstream spells it. Upstream finds a bad value only when it syncs a network load balancer (and then fails
-/// every one); here it stops start-up.
-fn nlb_security_group_mode(v: &Value<'_>) -> Result<bool, ConfigError> {
-    match v.text().trim() {
-        "" => Ok(false),
-        "Managed" => Ok(true),
-        other => Err(v.invalid(format!(
-            "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
-        ))),
+/// upstream spells it. As upstream, another value does not stop start-up: it fails the sync of every network
+/// load balancer with upstream's error (their deletion still works), and the provider warns at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum NlbSecurityGroupMode {
+    /// Empty or absent: no security group.
+    #[default]
+    Unmanaged,
+    /// `Managed`.
+    Managed,
+    /// Another value, with upstream's error about it.
+    Invalid(String),
+}
+
+impl NlbSecurityGroupMode {
+    fn parse(text: &str) -> Self {
+        match text.trim() {
+            "" => NlbSecurityGroupMode::Unmanaged,
+            "Managed" => NlbSecurityGroupMode::Managed,
+            other => NlbSecurityGroupMode::Invalid(format!(
+                "invalid NLB security group mode: {other:?}. Expected: \"Managed\""
+            )),
+        }
     }
 }
 
@@ -800,6 +822,16 @@ fn rules_limit(v: &Value<'_>) -> Result<u32, ConfigError> {
              rules per security group; AWS's default is {DEFAULT_SECURITY_GROUP_RULES_LIMIT})"
         ))),
     }
+}
+
+/// The message of a section or key that is ignored.
+fn ignored(unknown: ConfigError) -> String {
+    format!("{unknown}; ignored, as upstream ignores it")
+}
+
+/// The message of a key given again, whose last value is used.
+fn repeated(duplicate: ConfigError) -> String {
+    format!("{duplicate}; the last value is used, as upstream uses it")
 }
 
 fn canonical_key<K: Copy>(
@@ -915,12 +947,21 @@ fn override_value(key: OverrideKey, v: &Value<'_>) -> Result<String, ConfigError
     }
 }
 
-fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
+fn parse_override(
+    section: &Section,
+    ignored_keys: &mut Vec<String>,
+) -> Result<ServiceOverride, ConfigError> {
     let header = section.header();
     let mut values = OverrideValues::default();
     let mut signing_name_line = 0;
     for entry in &section.entries {
-        let (name, key) = canonical_key(&header, entry, OVERRIDE_KEYS)?;
+        let (name, key) = match canonical_key(&header, entry, OVERRIDE_KEYS) {
+            Ok(known) => known,
+            Err(unknown) => {
+                ignored_keys.push(ignored(unknown));
+                continue;
+            }
+        };
         let v = Value {
             section: &header,
             key: name,
@@ -928,11 +969,11 @@ fn parse_override(section: &Section) -> Result<ServiceOverride, ConfigError> {
         };
         let slot = values.slot(key);
         if slot.is_some() {
-            return Err(ConfigError::DuplicateKey {
+            ignored_keys.push(repeated(ConfigError::DuplicateKey {
                 section: header.clone(),
                 key: name.to_string(),
                 line: entry.line,
-            });
+            }));
         }
         *slot = Some(override_value(key, &v)?);
         if key == OverrideKey::SigningName {
@@ -1027,9 +1068,15 @@ mod tests {
                 assert!(message.contains(fragment), "{bad:?}: {message}");
             }
         }
-        let message =
-            err("[Global]\nSecurityGroupRulesLimit = 100\nSecurityGroupRulesLimit = 200\n");
-        assert!(message.contains("more than once"), "{message}");
+        // Given twice: the last one, as for every key.
+        assert_eq!(
+            CloudConfig::parse(
+                b"[Global]\nSecurityGroupRulesLimit = 100\nSecurityGroupRulesLimit = 200\n"
+            )
+            .unwrap()
+            .security_group_rules_limit,
+            Some(200)
+        );
     }
 
     #[test]
@@ -1085,7 +1132,7 @@ SupportedTopologyInstanceTypePattern = ^(p5|trn2)\\..*$
         assert_eq!(cfg.instance_cache_ttl, Duration::from_secs(120));
         assert_eq!(cfg.security_group_rules_limit, Some(200));
         assert_eq!(cfg.security_group_rules_limit(), 200);
-        assert!(cfg.nlb_security_group_managed);
+        assert_eq!(cfg.nlb_security_group_mode, NlbSecurityGroupMode::Managed);
         assert!(cfg.topology_instance_types.matches("p5.48xlarge"));
         assert!(!cfg.topology_instance_types.matches("p4d.24xlarge"));
         assert_eq!(
@@ -1154,10 +1201,6 @@ SupportedTopologyInstanceTypePattern = ^(p5|trn2)\\..*$
                 ],
             ),
             (
-                "[Global]\nNLBSecurityGroupMode = managed\n",
-                &["NLBSecurityGroupMode", "invalid NLB security group mode"],
-            ),
-            (
                 "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\nSigningRegion = r\nSigningName = ec2-custom\n",
                 &["SigningName", "line 6", "not supported"],
             ),
@@ -1176,6 +1219,49 @@ SupportedTopologyInstanceTypePattern = ^(p5|trn2)\\..*$
                 assert!(message.contains(fragment), "{text:?}: {message}");
             }
         }
+    }
+
+    /// As upstream: unknown sections and keys are ignored (and listed), a bad `NLBSecurityGroupMode` is
+    /// kept for the network load balancers' syncs to fail with.
+    #[test]
+    fn what_upstream_starts_with() {
+        let cfg = CloudConfig::parse(
+            b"[Global]\nRegion = r\nDisableStrictZoneCheck = true\nNLBSecurityGroupMode = managed\n\
+              [Other]\nKey = x\n\
+              [ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\nSigningRegion = r\nEndpoint = x\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.region.as_deref(), Some("r"));
+        assert_eq!(cfg.ignored.len(), 3, "{:?}", cfg.ignored);
+        assert!(cfg.ignored[0].contains("line 3: unknown key \"DisableStrictZoneCheck\""));
+        assert!(cfg.ignored[1].contains("unknown section [Other]"));
+        assert!(cfg.ignored[2].contains("\"Endpoint\" in [ServiceOverride \"1\"]"));
+        assert!(
+            cfg.ignored
+                .iter()
+                .all(|m| m.ends_with("ignored, as upstream ignores it"))
+        );
+        assert_eq!(
+            cfg.nlb_security_group_mode,
+            NlbSecurityGroupMode::Invalid(
+                "invalid NLB security group mode: \"managed\". Expected: \"Managed\"".into()
+            )
+        );
+        // A repeated key: the last value, as gcfg sets it; a section name with a subsection it does not
+        // take is ignored; an override section without a name is one named "".
+        let cfg = CloudConfig::parse(
+            b"[Global]\nRegion = a\nregion = b\n[Global \"x\"]\nZone = z\n\
+              [ServiceOverride]\nService = ec2\nService = sts\nRegion = r\nURL = http://h\nSigningRegion = r\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.region.as_deref(), Some("b"));
+        assert_eq!(cfg.zone, None);
+        assert_eq!(cfg.service_overrides[0].name, "");
+        assert_eq!(cfg.service_overrides[0].service_name, "sts");
+        assert_eq!(cfg.ignored.len(), 3, "{:?}", cfg.ignored);
+        assert!(cfg.ignored[0].contains("line 3: key Region is given more than once"));
+        assert!(cfg.ignored[0].ends_with("the last value is used, as upstream uses it"));
+        assert!(cfg.ignored[1].contains("unknown section [Global \"x\"]"));
     }
 
     #[test]
@@ -1221,14 +1307,6 @@ SigningRegion = s1
     #[test]
     fn errors_name_the_key() {
         let cases: &[(&str, &[&str])] = &[
-            (
-                "[Global]\nRegoin = x\n",
-                &["Regoin", "line 2", "allowed: Zone"],
-            ),
-            (
-                "[Global]\nRegion = a\nregion = b\n",
-                &["Region", "more than once", "line 3"],
-            ),
             ("[Global]\nVPC = 1234\n", &["VPC", "vpc-"]),
             ("[Global]\nSubnetID = sn-1\n", &["SubnetID"]),
             ("[Global]\nRouteTableID = rtb-\n", &["RouteTableID"]),
@@ -1264,26 +1342,9 @@ SigningRegion = s1
             ("[Global]\nMaxAttempts = 0\n", &["MaxAttempts"]),
             ("[Global]\nInstanceCacheTTL = 5h\n", &["InstanceCacheTTL"]),
             ("[Global]\nZone =\n", &["Zone", "empty"]),
-            ("[Other]\n", &["unknown section [Other]"]),
-            ("[Global \"x\"]\n", &["unknown section [Global \"x\"]"]),
-            (
-                "[ServiceOverride]\n",
-                &["unknown section [ServiceOverride]"],
-            ),
             (
                 "[ServiceOverride \"1\"]\nURL = 127.0.0.1:5000\n",
                 &["URL", "http://"],
-            ),
-            (
-                "[ServiceOverride \"1\"]\nEndpoint = x\n",
-                &[
-                    "Endpoint",
-                    "allowed: Service, Region, URL, SigningRegion, SigningName, SigningMethod",
-                ],
-            ),
-            (
-                "[ServiceOverride \"1\"]\nService = ec2\nService = sts\n",
-                &["Service", "more than once"],
             ),
             (
                 "[ServiceOverride \"1\"]\nService = ec2\nRegion = r\nURL = http://h\n",

@@ -38,6 +38,7 @@ use super::rule_budget::{GroupRole, IngressChange, RuleCount};
 use super::security_groups::{GroupInfo, GroupPlan, RuleKey, client_cidrs};
 use super::spec::{LbSpec, Protocol, namespace_and_name};
 use crate::cloud::AwsCloud;
+use crate::config::NlbSecurityGroupMode;
 
 /// The description of a managed group, upstream's.
 pub const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
@@ -117,7 +118,7 @@ pub(crate) struct NlbGroups {
 impl AwsCloud {
     /// Whether network load balancers get managed security groups.
     pub(crate) fn nlb_groups_managed(&self) -> bool {
-        self.config.nlb_security_group_managed
+        self.config.nlb_security_group_mode == NlbSecurityGroupMode::Managed
     }
 
     /// The security groups of the Service's load balancer (see the module documentation); the managed group
@@ -135,6 +136,11 @@ impl AwsCloud {
                 .unwrap_or_default(),
             managed: None,
         };
+        if let NlbSecurityGroupMode::Invalid(error) = &self.config.nlb_security_group_mode {
+            return Err(CloudError::provider(format!(
+                "error ensuring NLB security group: error checking NLB security group mode: {error}"
+            )));
+        }
         if !self.nlb_groups_managed() {
             return Ok(kept());
         }

@@ -329,6 +329,21 @@ impl World {
             .await
     }
 
+    /// A security group of the world's VPC made by the user (no cluster tag).
+    pub async fn user_security_group(&self, name: &str) -> String {
+        self.ec2
+            .create_security_group()
+            .group_name(name)
+            .description("made by the user")
+            .vpc_id(&self.vpc_id)
+            .send()
+            .await
+            .expect("create security group")
+            .group_id()
+            .expect("group ID")
+            .to_string()
+    }
+
     /// A cluster instance of `instance_type` in private subnet `index` with the node security group.
     pub async fn instance_of_type(&self, index: usize, instance_type: &str) -> Instance {
         let tags = [(self.cluster_tag.as_str(), "owned")];

@@ -7,6 +7,8 @@
 - ELBv2 DNS names of network load balancers in AWS's shape, `<name>-<16 hex>.elb.<region>.amazonaws.com`
   (moto names them `<name>-1.<region>.elb.amazonaws.com`, the shape of a classic ELB, which clients
   that tell the two apart by the name take for a classic one).
+- `access_logs.s3.enabled` = `false` among a new ELBv2 load balancer's attributes, as AWS lists it (moto
+  leaves it out), so a client comparing the attributes sees what it would see on AWS.
 
 Run it as moto_server: `python moto_server.py -H 127.0.0.1 -p 5000`.
 """
@@ -62,6 +64,7 @@ _create_load_balancer = ELBv2Backend.create_load_balancer
 
 def create_load_balancer(self, *args, **kwargs):
     lb = _create_load_balancer(self, *args, **kwargs)
+    lb.attrs.setdefault("access_logs.s3.enabled", "false")
     if lb.type == "network":
         suffix = hashlib.sha256(lb.arn.encode()).hexdigest()[:16]
         lb.dns_name = f"{lb.name}-{suffix}.elb.{self.region_name}.amazonaws.com"

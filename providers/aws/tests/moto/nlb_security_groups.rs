@@ -47,22 +47,6 @@ async fn managed_group(world: &World, svc: &Service) -> Option<SecurityGroup> {
     out.security_groups().first().cloned()
 }
 
-/// A security group of the VPC, made by the user.
-async fn user_group(world: &World, name: &str) -> String {
-    world
-        .ec2
-        .create_security_group()
-        .group_name(name)
-        .description("made by the user")
-        .vpc_id(&world.vpc_id)
-        .send()
-        .await
-        .expect("create security group")
-        .group_id()
-        .expect("group ID")
-        .to_string()
-}
-
 async fn group_exists(world: &World, id: &str) -> bool {
     world
         .ec2
@@ -197,7 +181,7 @@ async fn annotated_groups_take_the_place_of_the_managed_one() {
     let a = world.instance(0).await;
     let nodes: Vec<Node> = nodes_for(std::slice::from_ref(&a));
     let cloud = provider(&world.config(MANAGED)).await;
-    let mine = user_group(&world, "nlbsgbyo-user").await;
+    let mine = world.user_security_group("nlbsgbyo-user").await;
     let mut svc = nlb_service(
         "byo",
         &[("http", 80, "TCP", 31180)],
@@ -257,7 +241,7 @@ async fn without_managed_mode_no_group_and_no_retrofit() {
     let a = world.instance(0).await;
     let nodes: Vec<Node> = nodes_for(std::slice::from_ref(&a));
     let off = provider(&world.config("")).await;
-    let mine = user_group(&world, "nlbsgoff-user").await;
+    let mine = world.user_security_group("nlbsgoff-user").await;
     let svc = nlb_service(
         "plain",
         &[("http", 80, "TCP", 31280)],
@@ -303,4 +287,40 @@ async fn without_managed_mode_no_group_and_no_retrofit() {
     }
     assert!(managed_group(&world, &fresh).await.is_none());
     assert!(group_exists(&world, &mine).await);
+}
+
+/// A mode upstream does not know starts (as upstream starts), and fails every NLB sync with upstream's
+/// error while classic ELBs and deletions work.
+#[tokio::test]
+async fn a_bad_mode_fails_only_network_load_balancer_syncs() {
+    let world = World::new("nlbsgbad").await;
+    let a = world.instance(0).await;
+    let nodes: Vec<Node> = nodes_for(std::slice::from_ref(&a));
+    let cloud = provider(&world.config("NLBSecurityGroupMode = managed")).await;
+    let nlb = nlb_service("bad", &[("http", 80, "TCP", 31380)], &[]);
+    let err = cloud
+        .ensure_load_balancer("kubernetes", &nlb, &nodes)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "error ensuring NLB security group: error checking NLB security group mode: invalid NLB \
+             security group mode: \"managed\". Expected: \"Managed\""
+        ),
+        "{err}"
+    );
+    assert_eq!(cloud.metrics().mutating_calls(), Default::default());
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &nlb)
+        .await
+        .unwrap();
+    let classic = crate::common::lb_service("classic", &[("http", 80, "TCP", 31381)], &[]);
+    cloud
+        .ensure_load_balancer("kubernetes", &classic, &nodes)
+        .await
+        .unwrap();
+    cloud
+        .ensure_load_balancer_deleted("kubernetes", &classic)
+        .await
+        .unwrap();
 }

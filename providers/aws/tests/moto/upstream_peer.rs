@@ -12,7 +12,16 @@
 //!   counting proxy in front of moto. Upstream must make no mutating call except the re-applies its classic
 //!   sync does unconditionally (listed in [`upstream_reapplies`]) and leave the statuses as they are.
 //!
-//! Both need the binary and a cluster, so they are `#[ignore]`d: `hack/upstream/test.sh` (part of
+//!
+//! Each runs twice: with the default cloud config, and in the mode of cloud-provider-aws 1.37's newer
+//! features ([`MANAGED`]): `NLBSecurityGroupMode = Managed` (NLBs with a managed security group, and one
+//! with the user's group of the security-groups annotation) and the tagging controller on both sides (the
+//! instances tagged and the Nodes labelled by one are left alone by the other: no CreateTags).
+//!
+//! [`every_cloud_config_key_of_upstream_is_accepted`] reads the cloud-config keys of upstream's config
+//! struct from the binary and runs the provider with each.
+//!
+//! They need the binary and a cluster, so they are `#[ignore]`d: `hack/upstream/test.sh` (part of
 //! `make test`) builds both and runs them with `UPSTREAM_AWS_CCM` (the binary), `PEER_KUBECONFIG` (an admin
 //! kubeconfig of a cluster that runs no CCM of its own) and `PEER_LOG_DIR` (where upstream's logs go,
 //! `target/upstream/logs` by default). Run without them, they fail saying what to set. They share the
@@ -41,8 +50,33 @@ use crate::common::{ACCESS_KEY, Instance, REGION, SECRET_KEY, World, moto, provi
 const RUN_LABEL: &str = "aws-peer.test/run";
 /// How long upstream may take to give every Service an ingress.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(180);
-/// The cluster name both CCMs get (`--cluster-name`; neither puts it into AWS names or tags).
+/// The cluster name both CCMs get (`--cluster-name`; it is part of the managed NLB security groups' names).
 const CLUSTER_NAME: &str = "kubernetes";
+/// The tags of the tagging controller, on both sides.
+const TAGS: &str = "team=ml,cost-center=42";
+
+/// What both CCMs run with beyond the defaults: `[Global]` lines of the cloud config, and whether the
+/// tagging controller runs (upstream: `--controllers=service,tagging --tags ... --resources instance`).
+struct Mode {
+    global: &'static str,
+    tagging: bool,
+    /// The Services, given a security group of the world's VPC that is the user's.
+    services: fn(&str) -> Vec<Service>,
+}
+
+/// The default cloud config, the service controller only.
+const PLAIN: Mode = Mode {
+    global: "",
+    tagging: false,
+    services: services,
+};
+
+/// Managed NLB security groups, the user's groups on an NLB, and the tagging controller.
+const MANAGED: Mode = Mode {
+    global: "NLBSecurityGroupMode = Managed\n",
+    tagging: true,
+    services: managed_services,
+};
 
 /// Where the peer is, from the environment.
 struct Peer {
@@ -192,8 +226,30 @@ async fn create_nodes(client: &kube::Client, run: &str, instances: &[Instance]) 
     nodes
 }
 
-/// The Services both tests create.
-fn services() -> Vec<Service> {
+/// The Services of managed mode: a managed NLB, an internal one with two ports and a source range, and one
+/// with the user's security group (a group of the world's VPC made for it).
+fn managed_services(byo: &str) -> Vec<Service> {
+    vec![
+        service("nlb", &[("http", 80)], &[(ANN_TYPE, "nlb")], &[], false),
+        service(
+            "nlb-internal",
+            &[("http", 80), ("https", 443)],
+            &[(ANN_TYPE, "nlb"), (ANN_INTERNAL, "true")],
+            &["10.0.0.0/8"],
+            false,
+        ),
+        service(
+            "nlb-byo",
+            &[("http", 80)],
+            &[(ANN_TYPE, "nlb"), (ANN_SECURITY_GROUPS, byo)],
+            &[],
+            false,
+        ),
+    ]
+}
+
+/// The Services of the default mode.
+fn services(_byo: &str) -> Vec<Service> {
     let tls_annotations = crate::takeover::CLASSIC_TLS_ANNOTATIONS;
     vec![
         // Upstream's default: a classic ELB, no annotation at all.
@@ -285,11 +341,11 @@ impl Upstream {
     /// Starts upstream's service controller (and nothing else) for `world`, its AWS endpoints at
     /// `aws_url`: a cloud-config in "master elsewhere" mode (VPC, subnet and cluster ID given, so no
     /// instance metadata is needed) with a `[ServiceOverride]` for every AWS service it calls.
-    fn start(peer: &Peer, world: &World, aws_url: &str, run: &str) -> Upstream {
+    fn start(peer: &Peer, world: &World, aws_url: &str, run: &str, mode: &Mode) -> Upstream {
         let config = peer.log_dir.join(format!("{run}.cloud-config"));
         let mut text = format!(
-            "[Global]\nRegion = {REGION}\nVPC = {}\nSubnetID = {}\nKubernetesClusterID = {}\n",
-            world.vpc_id, world.private_subnets[0].0, world.cluster_id
+            "[Global]\nRegion = {REGION}\nVPC = {}\nSubnetID = {}\nKubernetesClusterID = {}\n{}",
+            world.vpc_id, world.private_subnets[0].0, world.cluster_id, mode.global
         );
         for (section, service) in [
             ("ec2", "EC2"),
@@ -304,14 +360,23 @@ impl Upstream {
         std::fs::write(&config, text).expect("write upstream's cloud-config");
         let log = peer.log_dir.join(format!("{run}.log"));
         let out = std::fs::File::create(&log).expect("create upstream's log");
+        let controllers: Vec<String> = if mode.tagging {
+            vec![
+                "--controllers=service,tagging".to_string(),
+                format!("--tags={TAGS}"),
+                "--resources=instance".to_string(),
+            ]
+        } else {
+            vec!["--controllers=service".to_string()]
+        };
         let child = Command::new(&peer.ccm)
+            .args(controllers)
             .args([
                 "--cloud-provider=aws",
                 &format!("--cloud-config={}", config.display()),
                 &format!("--kubeconfig={}", peer.kubeconfig.display()),
                 &format!("--authentication-kubeconfig={}", peer.kubeconfig.display()),
                 &format!("--authorization-kubeconfig={}", peer.kubeconfig.display()),
-                "--controllers=service",
                 "--leader-elect=false",
                 "--secure-port=0",
                 &format!("--cluster-name={CLUSTER_NAME}"),
@@ -431,38 +496,197 @@ struct Setup {
     ns: String,
     nodes: Vec<Node>,
     services: Vec<Service>,
+    /// The user's security group of the world's VPC.
+    byo: String,
 }
 
-async fn setup(peer: &Peer, name: &str) -> Setup {
+async fn setup(peer: &Peer, name: &str, mode: &Mode) -> Setup {
     let client = kube_client(peer).await;
     remove_earlier_runs(&client).await;
     let world = World::new(name).await;
     let instances = [world.instance(0).await, world.instance(1).await];
     let ns = create_namespace(&client, &world).await;
     let nodes = create_nodes(&client, &ns, &instances).await;
-    let services = create_services(&client, &ns, services()).await;
+    let byo = world.user_security_group(&format!("{name}-user")).await;
+    let services = create_services(&client, &ns, (mode.services)(&byo)).await;
     Setup {
         client,
         world,
         ns,
         nodes,
         services,
+        byo,
     }
 }
 
 #[tokio::test]
 #[ignore = "needs UPSTREAM_AWS_CCM and PEER_KUBECONFIG; hack/upstream/test.sh runs it"]
 async fn upstream_load_balancers_are_adopted_without_a_change() {
+    adopt_upstreams(&PLAIN, "peerup").await;
+}
+
+#[tokio::test]
+#[ignore = "needs UPSTREAM_AWS_CCM and PEER_KUBECONFIG; hack/upstream/test.sh runs it"]
+async fn upstream_security_groups_and_tags_are_adopted_without_a_change() {
+    adopt_upstreams(&MANAGED, "peerupsg").await;
+}
+
+/// In managed mode, each NLB has the group it should: the Service's managed group, or the user's group of
+/// the annotation.
+async fn check_nlb_groups(s: &Setup, differences: &mut Vec<String>) {
+    for svc in &s.services {
+        let name = name_of(svc);
+        let want = if svc
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANN_SECURITY_GROUPS))
+        {
+            s.byo.clone()
+        } else {
+            let group = provider_aws::load_balancer::nlb_security_group::managed_group_name(
+                CLUSTER_NAME,
+                &s.ns,
+                name,
+                svc.metadata.uid.as_deref().unwrap(),
+            );
+            let found = s
+                .world
+                .ec2
+                .describe_security_groups()
+                .filters(crate::common::filter("group-name", &[&group]))
+                .send()
+                .await
+                .expect("describe security groups");
+            match found.security_groups().first().and_then(|g| g.group_id()) {
+                Some(id) => id.to_string(),
+                None => {
+                    differences.push(format!("{name}: no managed security group {group}"));
+                    continue;
+                }
+            }
+        };
+        let lb = crate::common::elb()
+            .describe_load_balancers()
+            .names(default_load_balancer_name(svc))
+            .send()
+            .await
+            .expect("describe load balancer");
+        let have = lb.load_balancers()[0].security_groups().to_vec();
+        if have != [want.clone()] {
+            differences.push(format!("{name}: the NLB has groups {have:?}, not [{want}]"));
+        }
+    }
+}
+
+/// The nodes' tagged label, by node name.
+async fn tagged_labels(client: &kube::Client, nodes: &[Node]) -> BTreeMap<String, Option<String>> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut out = BTreeMap::new();
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap();
+        let now = api.get(&name).await.expect("get Node");
+        let label = now
+            .metadata
+            .labels
+            .and_then(|l| l.get(provider_aws::resource_tags::TAGGED_LABEL).cloned());
+        out.insert(name, label);
+    }
+    out
+}
+
+/// Waits until every node carries the tagged label of [`TAGS`].
+async fn wait_for_tagged_nodes(client: &kube::Client, nodes: &[Node], who: &str) {
+    let checksum = cloud_controllers::tagging::tags_checksum(&tags());
+    crate::common::wait_until(
+        UPSTREAM_TIMEOUT,
+        &format!("{who} labels every node"),
+        || async {
+            tagged_labels(client, nodes)
+                .await
+                .values()
+                .all(|l| l.as_deref() == Some(checksum.as_str()))
+        },
+    )
+    .await;
+}
+
+fn tags() -> BTreeMap<String, String> {
+    TAGS.split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Runs our tagging controller on the peer cluster with `cloud`, until the nodes are labelled (when
+/// `until_labelled`) or for three seconds, and stops it; it must not have failed.
+async fn run_our_tagging(
+    client: &kube::Client,
+    cloud: Arc<provider_aws::AwsCloud>,
+    nodes: &[Node],
+    until_labelled: bool,
+) {
+    let ctx = cloud_controllers::ControllerContext {
+        client: client.clone(),
+        event_client: client.clone(),
+        cloud,
+        config: Arc::new(cloud_controllers::ControllerConfig {
+            tagging: cloud_controllers::TaggingConfig {
+                tags: tags(),
+                resources: vec!["instance".to_string()],
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+        metrics: cloud_controllers::ControllerMetrics::default(),
+        health: cloud_controllers::HealthRegistry::new(),
+        identity: "aws-peer_0000".to_string(),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move {
+        cloud_controllers::run_controllers(
+            ctx,
+            &[cloud_controllers::ControllerName::Tagging],
+            token,
+        )
+        .await
+    });
+    if until_labelled {
+        wait_for_tagged_nodes(client, nodes, "ours").await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    assert!(
+        !task.is_finished(),
+        "our tagging controller stopped early: {:?}",
+        task.await
+    );
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("our tagging controller stops")
+        .expect("no panic");
+    assert!(stopped.is_ok(), "{stopped:?}");
+}
+
+/// Upstream creates the load balancers (and tags the instances) in `mode`; ours adopts them without a
+/// mutating call.
+async fn adopt_upstreams(mode: &Mode, name: &str) {
     let peer = peer();
     let _cluster = CLUSTER.lock().await;
-    let s = setup(&peer, "peerup").await;
+    let s = setup(&peer, name, mode).await;
 
     let proxy = CountingProxy::start(&moto().url).await;
-    let mut upstream = Upstream::start(&peer, &s.world, &proxy.url, &format!("aws-peer-{}", s.ns));
+    let run = format!("aws-peer-{}", s.ns);
+    let mut upstream = Upstream::start(&peer, &s.world, &proxy.url, &run, mode);
     let synced = wait_for_ingress(&s.client, &s.ns, &mut upstream, s.services.len()).await;
+    if mode.tagging {
+        wait_for_tagged_nodes(&s.client, &s.nodes, "upstream").await;
+    }
     upstream.stop();
 
-    let cloud = provider(&s.world.config("")).await;
+    let cloud = provider(&s.world.config(mode.global)).await;
     let mut differences = Vec::new();
     let mut before = BTreeMap::new();
     let node_rules = crate::common::sg_rules(&s.world.ec2, &s.world.node_sg).await;
@@ -518,6 +742,16 @@ async fn upstream_load_balancers_are_adopted_without_a_change() {
             differences.push(format!(
                 "ours added the node security group's rule {rule:?}"
             ));
+        }
+    }
+    if mode.tagging {
+        check_nlb_groups(&s, &mut differences).await;
+        run_our_tagging(&s.client, cloud.clone(), &s.nodes, false).await;
+        for op in ["CreateTags", "DeleteTags"] {
+            let calls = cloud.metrics().request_count(op);
+            if calls > 0 {
+                differences.push(format!("ours made {calls} {op} calls on tagged instances"));
+            }
         }
     }
     assert!(
@@ -876,12 +1110,24 @@ async fn wait_for_upstream_syncs(
 #[tokio::test]
 #[ignore = "needs UPSTREAM_AWS_CCM and PEER_KUBECONFIG; hack/upstream/test.sh runs it"]
 async fn upstream_keeps_our_load_balancers() {
+    upstream_keeps_ours(&PLAIN, "peerdown").await;
+}
+
+#[tokio::test]
+#[ignore = "needs UPSTREAM_AWS_CCM and PEER_KUBECONFIG; hack/upstream/test.sh runs it"]
+async fn upstream_keeps_our_security_groups_and_tags() {
+    upstream_keeps_ours(&MANAGED, "peerdownsg").await;
+}
+
+/// Ours creates the load balancers (and tags the instances) in `mode`; upstream syncs them without a
+/// mutating call beyond its unconditional re-applies.
+async fn upstream_keeps_ours(mode: &Mode, name: &str) {
     let peer = peer();
     let _cluster = CLUSTER.lock().await;
-    let s = setup(&peer, "peerdown").await;
+    let s = setup(&peer, name, mode).await;
 
     // Ours first, its hostnames written into the statuses as our service controller does.
-    let cloud = provider(&s.world.config("")).await;
+    let cloud = provider(&s.world.config(mode.global)).await;
     let api: Api<Service> = Api::namespaced(s.client.clone(), &s.ns);
     let mut ours = BTreeMap::new();
     for svc in &s.services {
@@ -907,8 +1153,13 @@ async fn upstream_keeps_our_load_balancers() {
         );
     }
 
+    if mode.tagging {
+        run_our_tagging(&s.client, cloud.clone(), &s.nodes, true).await;
+    }
+
     let proxy = CountingProxy::start(&moto().url).await;
-    let mut upstream = Upstream::start(&peer, &s.world, &proxy.url, &format!("aws-peer-{}", s.ns));
+    let run = format!("aws-peer-{}", s.ns);
+    let mut upstream = Upstream::start(&peer, &s.world, &proxy.url, &run, mode);
     let mut differences =
         wait_for_upstream_syncs(&s.client, &s.ns, &s.services, &mut upstream).await;
     // The node sync that follows the first service syncs.
@@ -938,6 +1189,9 @@ async fn upstream_keeps_our_load_balancers() {
             ));
         }
     }
+    if mode.tagging {
+        check_nlb_groups(&s, &mut differences).await;
+    }
     for svc in api
         .list(&ListParams::default())
         .await
@@ -959,4 +1213,112 @@ async fn upstream_keeps_our_load_balancers() {
         differences.join("\n  ")
     );
     remove_earlier_runs(&s.client).await;
+}
+
+/// The cloud-config keys of upstream's config struct, printed by the pinned binary: section -> key -> Go
+/// type.
+fn upstream_config_keys(
+    peer_binary: &std::path::Path,
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let output = Command::new(peer_binary)
+        .env("UPSTREAM_CCM_PRINT_FLAG_SET", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", peer_binary.display()));
+    assert!(output.status.success(), "{output:?}");
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_value(document["cloudConfig"].clone()).expect("the peer lists its config keys")
+}
+
+/// A value of each `[Global]` key of upstream's cloud config that fits the moto world (a key upstream adds
+/// has none and fails the test until it is handled here and in the provider).
+fn global_value(key: &str, world: &World) -> Option<String> {
+    Some(match key {
+        "Zone" => format!("{REGION}a"),
+        "Region" => REGION.to_string(),
+        "VPC" => world.vpc_id.clone(),
+        "SubnetID" => world.public_subnets[0].0.clone(),
+        "RouteTableID" => world.route_table_id.clone(),
+        "RoleARN" => "arn:aws:iam::123456789012:role/cloud-controller-manager".to_string(),
+        "SourceARN" => "arn:aws:eks:us-east-1:123456789012:cluster/peer".to_string(),
+        "KubernetesClusterTag" | "KubernetesClusterID" => world.cluster_id.clone(),
+        "DisableSecurityGroupIngress" => "true".to_string(),
+        "ElbSecurityGroup" => world.node_sg.clone(),
+        "NodeIPFamilies" => "ipv4".to_string(),
+        "ClusterServiceLoadBalancerHealthProbeMode" => "Shared".to_string(),
+        "ClusterServiceSharedLoadBalancerHealthProbePort" => "10256".to_string(),
+        "ClusterServiceSharedLoadBalancerHealthProbePath" => "/healthz".to_string(),
+        "SupportedTopologyInstanceTypePattern" => "^p5\\\\..*$".to_string(),
+        "NLBSecurityGroupMode" => "Managed".to_string(),
+        _ => return None,
+    })
+}
+
+/// Every cloud-config key of the pinned cloud-provider-aws (enumerated from its config struct by the peer
+/// binary) is accepted, and the provider converges with it: with each `[Global]` key set, a node's metadata
+/// is read and a network load balancer created, synced again without a mutating call, and deleted. The
+/// `[ServiceOverride]` keys are all in every test's cloud config but `SigningMethod` and `SigningName`,
+/// which one override here carries.
+#[tokio::test]
+#[ignore = "needs UPSTREAM_AWS_CCM; hack/upstream/test.sh runs it"]
+async fn every_cloud_config_key_of_upstream_is_accepted() {
+    use cloud_provider::InstancesV2;
+    let binary = std::env::var_os("UPSTREAM_AWS_CCM")
+        .map(PathBuf::from)
+        .expect("UPSTREAM_AWS_CCM names upstream's aws-cloud-controller-manager (hack/upstream/test.sh sets it)");
+    let keys = upstream_config_keys(&binary);
+    assert_eq!(
+        keys.keys().collect::<Vec<_>>(),
+        ["Global", "ServiceOverride"]
+    );
+    let world = World::new("cfgkeys").await;
+    let instance = world.instance(0).await;
+    let node = crate::common::node_with_id(&instance.private_dns_name, &instance.provider_id());
+    let base = world.config("");
+    let url = &moto().url;
+    let sts = format!(
+        "\n[ServiceOverride \"sts\"]\nService = sts\nRegion = {REGION}\nURL = {url}\nSigningRegion = {REGION}\n\
+         SigningMethod = v4\nSigningName = sts\n"
+    );
+    for key in keys["ServiceOverride"].keys() {
+        assert!(
+            base.contains(&format!("\n{key} = ")) || sts.contains(&format!("\n{key} = ")),
+            "[ServiceOverride] {key} is in no test config"
+        );
+    }
+    for key in keys["Global"].keys() {
+        let value = global_value(key, &world)
+            .unwrap_or_else(|| panic!("upstream's [Global] key {key} has no test value here"));
+        // Region and KubernetesClusterID are in every test config already.
+        let config = if base.contains(&format!("\n{key} = ")) {
+            format!("{base}{sts}")
+        } else {
+            format!(
+                "{}{sts}",
+                base.replacen("[Global]\n", &format!("[Global]\n{key} = {value}\n"), 1)
+            )
+        };
+        let parsed = provider_aws::CloudConfig::parse(config.as_bytes());
+        assert!(parsed.is_ok(), "{key} = {value}: {:?}", parsed.err());
+        let cloud = provider(&config).await;
+        let metadata = cloud.instance_metadata(&node).await;
+        assert!(matches!(metadata, Ok(Some(_))), "{key}: {metadata:?}");
+        let svc = crate::common::nlb_service(
+            &format!("cfg-{}", key.to_lowercase()),
+            &[("http", 80, "TCP", 30480)],
+            &[],
+        );
+        let nodes = std::slice::from_ref(&node);
+        let created = cloud.ensure_load_balancer(CLUSTER_NAME, &svc, nodes).await;
+        assert!(created.is_ok(), "{key}: {:?}", created.err());
+        let before = cloud.metrics().mutating_calls();
+        let again = cloud.ensure_load_balancer(CLUSTER_NAME, &svc, nodes).await;
+        assert!(again.is_ok(), "{key}: {:?}", again.err());
+        assert_eq!(
+            cloud.metrics().mutating_calls(),
+            before,
+            "{key}: a second sync changed something"
+        );
+        let deleted = cloud.ensure_load_balancer_deleted(CLUSTER_NAME, &svc).await;
+        assert!(deleted.is_ok(), "{key}: {:?}", deleted.err());
+    }
 }
