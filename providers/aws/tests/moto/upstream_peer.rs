@@ -68,7 +68,7 @@ struct Mode {
 const PLAIN: Mode = Mode {
     global: "",
     tagging: false,
-    services: services,
+    services,
 };
 
 /// Managed NLB security groups, the user's groups on an NLB, and the tagging controller.
