@@ -2,7 +2,10 @@
 //! `go tool pprof` and every pprof viewer read), as upstream's Go handlers serve them.
 //!
 //! - `/debug/pprof/profile?seconds=N` samples the CPU for N seconds (default 30) at 100 Hz; one profile at
-//!   a time, as Go's.
+//!   a time, as Go's. Stacks are unwound with their DWARF unwind tables (framehop; the release build keeps
+//!   them and its symbols, not its debug information). The sampler's table, about 24 MiB, is allocated by
+//!   the first profile and kept for the process's life (pprof-rs keeps it in a static); the symbolizer's
+//!   caches are dropped after each profile.
 //! - `/debug/pprof/heap` is jemalloc's sample of the live heap (one sample per 512 KiB allocated, Go's
 //!   rate), when the daemon allocates through jemalloc (the binary's default); sampling starts with the
 //!   process when `--profiling` is on, except in a static musl build, where jemalloc's sampling crashes
@@ -113,7 +116,10 @@ fn cpu_blocking(duration: Duration) -> Result<Vec<u8>, ProfileError> {
     let report = guard
         .report()
         .build()
-        .map_err(|err| ProfileError::Write(err.to_string()))?;
+        .map_err(|err| ProfileError::Write(err.to_string()));
+    // The symbolizer keeps the debug information it read (tens of MiB) until told otherwise.
+    backtrace::clear_symbol_cache();
+    let report = report?;
     let mut samples = Vec::with_capacity(report.data.len());
     for (frames, count) in &report.data {
         let stack = frames
