@@ -63,7 +63,7 @@ pub struct AwsCloud {
     pub(crate) imds: aws_config::imds::Client,
     pub(crate) route_targets: RouteTargets,
     /// What is known to have no network topology ([`crate::topology`]).
-    pub(crate) no_topology: crate::topology::NoTopology,
+    pub(crate) no_topology: crate::topology_cache::NoTopology,
 }
 
 /// Instance ID -> node name, learnt from created routes (node names need not be private DNS names).

@@ -36,6 +36,7 @@ pub mod resource_tags;
 pub mod routes;
 pub mod tagging;
 pub mod topology;
+mod topology_cache;
 pub mod volumes;
 
 use std::sync::Arc;

@@ -13,10 +13,9 @@
 //! retried) and leaves the others without the labels, as upstream.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cloud_provider::{CloudError, Result};
-use parking_lot::Mutex;
 
 use crate::cloud::AwsCloud;
 use crate::ec2_instance::Ec2Instance;
@@ -27,8 +26,6 @@ use crate::paginate::for_each_page;
 pub const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
 /// Most instance IDs DescribeInstanceTopology takes in one call.
 pub const MAX_IDS_PER_CALL: usize = 100;
-/// How long an answer that there is no topology is remembered (upstream's).
-pub const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The labels of a topology: one per network node, layer 1 first.
 pub fn topology_labels(network_nodes: &[String]) -> BTreeMap<String, String> {
@@ -42,23 +39,6 @@ pub fn topology_labels(network_nodes: &[String]) -> BTreeMap<String, String> {
             )
         })
         .collect()
-}
-
-/// Regions, instance types and instance IDs known to have no topology, each until its time is up.
-#[derive(Debug, Default)]
-pub(crate) struct NoTopology(Mutex<HashMap<String, Instant>>);
-
-impl NoTopology {
-    /// Whether `key` is known to have no topology now.
-    fn contains(&self, key: &str, now: Instant) -> bool {
-        self.0.lock().get(key).is_some_and(|until| *until > now)
-    }
-
-    fn insert(&self, key: &str, now: Instant) {
-        let mut keys = self.0.lock();
-        keys.retain(|_, until| *until > now);
-        keys.insert(key.to_string(), now + UNSUPPORTED_TTL);
-    }
 }
 
 /// What became of one instance's topology lookup.
@@ -254,17 +234,6 @@ mod tests {
                 ),
             ]
         );
-    }
-
-    #[test]
-    fn remembered_for_a_day() {
-        let keys = NoTopology::default();
-        let now = Instant::now();
-        keys.insert("t3.micro", now);
-        assert!(keys.contains("t3.micro", now));
-        assert!(keys.contains("t3.micro", now + UNSUPPORTED_TTL - Duration::from_secs(1)));
-        assert!(!keys.contains("t3.micro", now + UNSUPPORTED_TTL));
-        assert!(!keys.contains("p5.48xlarge", now));
     }
 
     #[test]

@@ -32,11 +32,10 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 use sha2::{Digest, Sha256};
 
-use super::classic::spec::annotated_security_groups;
 use super::elbv2::LbInfo;
 use super::rule_budget::{GroupRole, IngressChange, RuleCount};
 use super::security_groups::{GroupInfo, GroupPlan, RuleKey, client_cidrs};
-use super::spec::{LbSpec, Protocol, namespace_and_name};
+use super::spec::{LbSpec, Protocol, annotated_security_groups, namespace_and_name};
 use crate::cloud::AwsCloud;
 use crate::config::NlbSecurityGroupMode;
 

@@ -316,6 +316,17 @@ impl LbSpec {
     }
 }
 
+/// The groups of the security-groups and extra-security-groups annotations (read on their own, so a
+/// deletion knows them even when another annotation is malformed).
+pub fn annotated_security_groups(service: &Service) -> (Vec<String>, Vec<String>) {
+    let list = |key| {
+        annotation(service, key)
+            .map(comma_list_skipping_empty)
+            .unwrap_or_default()
+    };
+    (list(ANN_SECURITY_GROUPS), list(ANN_EXTRA_SECURITY_GROUPS))
+}
+
 /// The annotation's value, trimmed.
 pub(crate) fn annotation<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
     service
@@ -884,7 +895,7 @@ pub fn parse(service: &Service, probe: &ClusterHealthProbe) -> Result<LbSpec, Sp
             .unwrap_or_default(),
         source_ranges: source_ranges(service)?.unwrap_or_default(),
         local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
-        security_groups: super::classic::spec::annotated_security_groups(service).0,
+        security_groups: annotated_security_groups(service).0,
         uid: service.metadata.uid.clone().unwrap_or_default(),
     })
 }

@@ -37,7 +37,7 @@ pub fn check(data: &[u8]) {
     };
     let service = input::service(rest, &KEYS);
     let _ = spec::lb_kind(&service);
-    let (groups, extra) = classic::spec::annotated_security_groups(&service);
+    let (groups, extra) = spec::annotated_security_groups(&service);
     assert_no_empty_items("security groups", &groups);
     assert_no_empty_items("extra security groups", &extra);
 

@@ -486,7 +486,7 @@ impl AwsCloud {
     /// finished from the load balancer's own group, found by name.
     pub(crate) async fn delete_classic_lb(&self, service: &Service) -> Result<()> {
         let name = cloud_provider::default_load_balancer_name(service);
-        let (annotated, extra) = spec::annotated_security_groups(service);
+        let (annotated, extra) = crate::load_balancer::spec::annotated_security_groups(service);
         let lb = match self.find_classic(&name).await? {
             Some(lb) => {
                 if !self.owns_load_balancer(&self.classic_tags(&name).await?) {

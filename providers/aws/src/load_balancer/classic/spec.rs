@@ -15,9 +15,9 @@ pub use crate::load_balancer::spec::ANN_EXTRA_SECURITY_GROUPS;
 use crate::load_balancer::spec::{
     ANN_ACCESS_LOG_BUCKET, ANN_ACCESS_LOG_ENABLED, ANN_ACCESS_LOG_PREFIX, ANN_ADDITIONAL_TAGS,
     ANN_BACKEND_PROTOCOL, ANN_CROSS_ZONE, ANN_HC_HEALTHY, ANN_HC_INTERVAL, ANN_HC_PATH,
-    ANN_HC_PORT, ANN_HC_PROTOCOL, ANN_HC_TIMEOUT, ANN_HC_UNHEALTHY, ANN_INTERNAL,
-    ANN_SECURITY_GROUPS, ANN_SSL_CERT, ANN_SSL_NEGOTIATION_POLICY, ANN_SSL_PORTS, ANN_SUBNETS,
-    ANN_TARGET_GROUP_ATTRIBUTES, ANN_TARGET_NODE_LABELS, SpecError, annotation, namespace_and_name,
+    ANN_HC_PORT, ANN_HC_PROTOCOL, ANN_HC_TIMEOUT, ANN_HC_UNHEALTHY, ANN_INTERNAL, ANN_SSL_CERT,
+    ANN_SSL_NEGOTIATION_POLICY, ANN_SSL_PORTS, ANN_SUBNETS, ANN_TARGET_GROUP_ATTRIBUTES,
+    ANN_TARGET_NODE_LABELS, SpecError, annotated_security_groups, annotation, namespace_and_name,
     parse_bool, parse_int, source_ranges,
 };
 
@@ -428,17 +428,6 @@ fn check_ports(service: &Service) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// The groups of the security-groups and extra-security-groups annotations (read on their own, so a
-/// deletion knows them even when another annotation is malformed).
-pub fn annotated_security_groups(service: &Service) -> (Vec<String>, Vec<String>) {
-    let list = |key| {
-        annotation(service, key)
-            .map(comma_list_skipping_empty)
-            .unwrap_or_default()
-    };
-    (list(ANN_SECURITY_GROUPS), list(ANN_EXTRA_SECURITY_GROUPS))
-}
-
 /// The listeners (ports with a node port) and every Service port.
 fn listeners_and_ports(service: &Service) -> Result<(Vec<ClassicListener>, Vec<i32>), SpecError> {
     let ssl = ssl_ports(service);
@@ -529,6 +518,7 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load_balancer::spec::ANN_SECURITY_GROUPS;
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
 
     const CERT: &str = "arn:aws:acm:us-east-1:1:certificate/x";
