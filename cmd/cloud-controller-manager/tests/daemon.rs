@@ -752,7 +752,9 @@ fn provider_controllers_are_checked_with_the_flags() {
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.starts_with("error: --controllers: unknown controller \"-firewal\"")
-            && stderr.ends_with("pv-label-controller (pv-label), firewall-controller (firewall)\n"),
+            && stderr.ends_with(
+                "pv-label-controller (pv-label), tagging-controller (tagging), firewall-controller (firewall)\n"
+            ),
         "{stderr}"
     );
     // Its right name passes; the daemon then stops at the provider, for want of a token.

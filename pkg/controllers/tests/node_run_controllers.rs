@@ -21,9 +21,14 @@ fn watches_by_resource(h: &Harness) -> std::collections::BTreeMap<String, usize>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_run_controllers_starts_in_order_with_one_watch_per_resource() {
-    // --configure-cloud-routes=false: the route controller is skipped.
+    // --configure-cloud-routes=false: the route controller is skipped; the tagging controller has its tags.
     let config = ControllerConfig {
         configure_cloud_routes: false,
+        tagging: cloud_controllers::TaggingConfig {
+            tags: [("team".to_string(), "ml".to_string())].into(),
+            resources: vec!["instance".to_string()],
+            ..Default::default()
+        },
         ..test_config()
     };
     let (h, _cloud) = Harness::with_fake(
@@ -35,7 +40,7 @@ async fn node_run_controllers_starts_in_order_with_one_watch_per_resource() {
     wait_until(
         Duration::from_secs(10),
         "health checks registered",
-        || async { h.health.checks().len() == 4 },
+        || async { h.health.checks().len() == 5 },
     )
     .await;
     let names: Vec<String> = h.health.checks().into_iter().map(|(n, _)| n).collect();
@@ -45,7 +50,8 @@ async fn node_run_controllers_starts_in_order_with_one_watch_per_resource() {
             "cloud-node-controller",
             "cloud-node-lifecycle-controller",
             "service-lb-controller",
-            "pv-label-controller"
+            "pv-label-controller",
+            "tagging-controller"
         ]
     );
     wait_until(Duration::from_secs(10), "three watches open", || async {

@@ -59,7 +59,9 @@ fn the_providers_own_controller_is_a_controllers_name() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("pv-label-controller (pv-label), pending-lb-controller (pending-lb)"),
+        stderr.contains(
+            "pv-label-controller (pv-label), tagging-controller (tagging), pending-lb-controller (pending-lb)"
+        ),
         "{stderr}"
     );
 }

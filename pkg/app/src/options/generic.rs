@@ -90,8 +90,8 @@ pub struct GenericOptions {
 
     /// Controllers to enable: `*` enables all, `name` enables one, `-name` disables one; first match wins.
     /// Names: cloud-node-controller (cloud-node), cloud-node-lifecycle-controller (cloud-node-lifecycle),
-    /// service-lb-controller (service), node-route-controller (route), pv-label-controller (pv-label), and
-    /// the provider's own.
+    /// service-lb-controller (service), node-route-controller (route), pv-label-controller (pv-label),
+    /// tagging-controller (tagging), and the provider's own.
     #[arg(
         long,
         value_name = "NAMES",
