@@ -45,6 +45,11 @@ rules:
   - level: Metadata
 `
 
+// newFlagSet is a flag set of a subcommand that returns its errors.
+func newFlagSet(name string) *flag.FlagSet {
+	return flag.NewFlagSet(name, flag.ContinueOnError)
+}
+
 // stringList is a repeatable flag.
 type stringList []string
 
@@ -57,6 +62,9 @@ type serveOptions struct {
 	manifests       stringList
 	serviceAccounts stringList
 	extraAPIServer  stringList
+	// nodes is how many real nodes to start (see nodes.go); clusterCIDR their pods' range.
+	nodes       int
+	clusterCIDR string
 }
 
 func (o *serveOptions) register(fs *flag.FlagSet) {
@@ -64,6 +72,8 @@ func (o *serveOptions) register(fs *flag.FlagSet) {
 	fs.Var(&o.manifests, "manifest", "a manifest to apply once the cluster is ready (repeatable)")
 	fs.Var(&o.serviceAccounts, "service-account", "NAMESPACE/NAME of a ServiceAccount to write a kubeconfig for, as NAME.kubeconfig (repeatable)")
 	fs.Var(&o.extraAPIServer, "apiserver-arg", "an extra kube-apiserver flag, e.g. --v=4 (repeatable)")
+	fs.IntVar(&o.nodes, "nodes", 0, "real nodes to start (kubelet, containerd; one kube-proxy): needs root, restored on down")
+	fs.StringVar(&o.clusterCIDR, "cluster-cidr", defaultClusterCIDR, "with --nodes: the pods' range, a /24 per node")
 }
 
 func (o *serveOptions) args() []string {
@@ -77,18 +87,21 @@ func (o *serveOptions) args() []string {
 	for _, a := range o.extraAPIServer {
 		args = append(args, "--apiserver-arg", a)
 	}
-	return args
+	return append(args, "--nodes", strconv.Itoa(o.nodes), "--cluster-cidr", o.clusterCIDR)
 }
 
 func parseServeOptions(name string, args []string) (*serveOptions, error) {
 	opts := &serveOptions{}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	opts.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if opts.dir == "" {
 		return nil, errors.New("--dir is required")
+	}
+	if opts.nodes < 0 || opts.nodes > 9 {
+		return nil, errors.New("--nodes takes 0 to 9")
 	}
 	dir, err := filepath.Abs(opts.dir)
 	if err != nil {
@@ -153,7 +166,7 @@ func runUp(args []string) error {
 	go func() { exited <- supervisor.Wait() }()
 
 	started := time.Now()
-	deadline := time.After(5 * time.Minute)
+	deadline := time.After(10 * time.Minute)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -162,11 +175,14 @@ func runUp(args []string) error {
 			return fmt.Errorf("the control plane stopped while starting (%v); logs in %s:\n%s", err, l.dir, tailLogs(l))
 		case <-deadline:
 			_ = supervisor.Process.Signal(syscall.SIGTERM)
-			return fmt.Errorf("the control plane was not ready within 5 minutes; logs in %s:\n%s", l.dir, tailLogs(l))
+			return fmt.Errorf("the cluster was not ready within 10 minutes; logs in %s:\n%s", l.dir, tailLogs(l))
 		case <-tick.C:
 			if _, err := os.Stat(l.readyFile()); err == nil {
 				fmt.Printf("realkube: ready in %.1fs (pid %d)\n", time.Since(started).Seconds(), supervisor.Process.Pid)
 				fmt.Printf("  admin kubeconfig: %s\n", l.adminKubeconfig())
+				for _, node := range nodeSpecs(l, opts.nodes) {
+					fmt.Printf("  node %s: %s (kubelet log %s)\n", node.name, node.ip, l.logFile("kubelet-"+node.name))
+				}
 				for _, sa := range opts.serviceAccounts {
 					_, name, _ := splitServiceAccount(sa)
 					fmt.Printf("  %s kubeconfig: %s\n", sa, l.path(name+".kubeconfig"))
@@ -195,7 +211,7 @@ func ensureOwnDirectory(l layout) error {
 
 // runDown stops the supervisor of a directory, which stops its components.
 func runDown(args []string) error {
-	fs := flag.NewFlagSet("down", flag.ContinueOnError)
+	fs := newFlagSet("down")
 	dir := fs.String("dir", "", "directory given to up")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -204,21 +220,28 @@ func runDown(args []string) error {
 		return errors.New("--dir is required")
 	}
 	l := layout{*dir}
-	pid, alive := runningPID(l)
-	if !alive {
+	if pid, alive := runningPID(l); alive {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		// Nodes take longer: their pods stop, and the host is restored.
+		for i := 0; i < 1200 && processAlive(pid); i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if processAlive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		fmt.Printf("realkube: stopped the cluster in %s\n", l.dir)
+	} else {
 		fmt.Printf("realkube: no cluster runs in %s\n", l.dir)
-		_ = os.Remove(l.pidFile())
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for i := 0; i < 300 && processAlive(pid); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if processAlive(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = os.Remove(l.pidFile())
-	fmt.Printf("realkube: stopped the cluster in %s\n", l.dir)
+	// The supervisor restores the host when its nodes stop; if it could not (killed, or the machine
+	// restarted under it), do it here. Either way, what still differs from the capture is an error.
+	if errs := restoreFromCapture(l); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Printf("realkube: the host is not as it was: %v\n", err)
+		}
+		return fmt.Errorf("%d differences from the host as it was before the nodes started", len(errs))
+	}
 	return nil
 }
 
@@ -250,7 +273,12 @@ func processAlive(pid int) bool {
 // tailLogs returns the last lines of every component's log.
 func tailLogs(l layout) string {
 	var b strings.Builder
-	for _, c := range []string{"realkube", "etcd", "kube-apiserver", "kube-controller-manager"} {
+	components := []string{"realkube", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"}
+	entries, _ := filepath.Glob(l.path("kubelet-*.log"))
+	for _, e := range entries {
+		components = append(components, strings.TrimSuffix(filepath.Base(e), ".log"))
+	}
+	for _, c := range components {
 		data, err := os.ReadFile(l.logFile(c))
 		if err != nil {
 			continue
@@ -274,15 +302,23 @@ type component struct {
 // startComponent runs this binary as one component, logging to its own file. The child dies with the
 // supervisor (a kill -9 of the supervisor leaves nothing behind).
 func startComponent(l layout, name string, args ...string) (*component, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
+	return startProcess(l, name, "", append([]string{name}, args...)...)
+}
+
+// startProcess runs binary (this binary when empty) with args as the process logging to NAME.log.
+func startProcess(l layout, name, binary string, args ...string) (*component, error) {
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		binary = self
 	}
 	log, err := os.Create(l.logFile(name))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{name}, args...)...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -376,7 +412,7 @@ func runServe(args []string) error {
 	if err := os.WriteFile(l.auditPolicy(), []byte(auditPolicy), 0o644); err != nil {
 		return err
 	}
-	if err := start("kube-apiserver", apiServerArgs(l, pki, ports, opts.extraAPIServer)...); err != nil {
+	if err := start("kube-apiserver", apiServerArgs(l, pki, ports, opts)...); err != nil {
 		return err
 	}
 	admin, err := newAdminClients(l.adminKubeconfig())
@@ -388,11 +424,21 @@ func runServe(args []string) error {
 	}
 	fmt.Println("kube-apiserver is ready")
 
-	if err := start("kube-controller-manager", controllerManagerArgs(l, pki)...); err != nil {
+	if err := start("kube-controller-manager", controllerManagerArgs(l, pki, opts)...); err != nil {
 		return err
 	}
 	if err := bootstrap(ctx, l, admin, opts, running); err != nil {
 		return err
+	}
+	if opts.nodes > 0 {
+		nodes, err := startNodes(ctx, l, opts, pki, server, admin)
+		if nodes != nil {
+			defer nodes.stop()
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d nodes are Ready\n", opts.nodes)
 	}
 	if err := os.WriteFile(l.readyFile(), []byte(server+"\n"), 0o644); err != nil {
 		return err
@@ -421,7 +467,7 @@ func waitForEnd(ctx context.Context, running []*component) error {
 	}
 }
 
-func apiServerArgs(l layout, pki pkiFiles, ports map[string]int, extra []string) []string {
+func apiServerArgs(l layout, pki pkiFiles, ports map[string]int, opts *serveOptions) []string {
 	args := []string{
 		"--etcd-servers=" + fmt.Sprintf("http://127.0.0.1:%d", ports["etcd-client"]),
 		"--bind-address=127.0.0.1",
@@ -446,16 +492,40 @@ func apiServerArgs(l layout, pki pkiFiles, ports map[string]int, extra []string)
 		"--profiling=false",
 		"--v=1",
 	}
-	return append(args, extra...)
+	if opts.nodes > 0 {
+		// logs and exec reach the kubelets by their addresses (the node names resolve nowhere), as the
+		// admin (the kubelets authorize the API server's requests by webhook).
+		args = append(args, "--kubelet-preferred-address-types=InternalIP,Hostname",
+			"--kubelet-client-certificate="+pki.adminCert, "--kubelet-client-key="+pki.adminKey)
+	}
+	return append(args, opts.extraAPIServer...)
 }
 
-func controllerManagerArgs(l layout, pki pkiFiles) []string {
-	return []string{
+func controllerManagerArgs(l layout, pki pkiFiles, opts *serveOptions) []string {
+	// Only what a cloud-controller-manager's tests need of a control plane; the cloud controllers stay off.
+	controllers := "namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller"
+	var nodes []string
+	if opts.nodes > 0 {
+		// Real nodes need Services' EndpointSlices, the root CA in every namespace, the not-ready taints,
+		// and pod CIDRs (which the CCM's route controller routes).
+		controllers += ",endpointslice-controller,endpointslice-mirroring-controller,root-ca-certificate-publisher-controller," +
+			"node-lifecycle-controller,node-ipam-controller"
+		nodes = []string{
+			// A node whose kubelet stopped is NotReady within seconds (the kubelets renew their leases
+			// every 3 s), so lifecycle cases do not wait upstream's 40 s.
+			"--node-monitor-period=1s",
+			"--node-monitor-grace-period=15s",
+			"--allocate-node-cidrs=true",
+			"--cluster-cidr=" + opts.clusterCIDR,
+			"--node-cidr-mask-size=24",
+			"--service-cluster-ip-range=" + serviceClusterIPRange,
+		}
+	}
+	args := []string{
 		"--kubeconfig=" + l.controllerKubeconfig(),
 		"--authentication-kubeconfig=" + l.controllerKubeconfig(),
 		"--authorization-kubeconfig=" + l.controllerKubeconfig(),
-		// Only what a cloud-controller-manager's tests need of a control plane; the cloud controllers stay off.
-		"--controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller",
+		"--controllers=" + controllers,
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + pki.serviceAccountKey,
 		"--root-ca-file=" + pki.caCert,
@@ -465,4 +535,5 @@ func controllerManagerArgs(l layout, pki pkiFiles) []string {
 		"--profiling=false",
 		"--v=1",
 	}
+	return append(args, nodes...)
 }

@@ -3,6 +3,7 @@ package main
 // The control-plane components, each run as its own process of this binary.
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/url"
@@ -20,6 +21,9 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanagerapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // runEtcd runs a single-member etcd on loopback until SIGTERM or SIGINT.
@@ -79,6 +83,21 @@ func runAPIServer(_ []string) error {
 // runControllerManager runs kube-controller-manager with the given flags.
 func runControllerManager(_ []string) error {
 	return exitWith(cli.Run(controllermanagerapp.NewControllerManagerCommand()))
+}
+
+// runScheduler runs kube-scheduler with the given flags.
+func runScheduler(_ []string) error {
+	return exitWith(cli.Run(schedulerapp.NewSchedulerCommand()))
+}
+
+// runKubelet runs a kubelet with the given flags.
+func runKubelet(_ []string) error {
+	return exitWith(cli.Run(kubeletapp.NewKubeletCommand(context.Background())))
+}
+
+// runProxy runs kube-proxy with the given flags.
+func runProxy(_ []string) error {
+	return exitWith(cli.Run(proxyapp.NewProxyCommand()))
 }
 
 // runKubectl runs kubectl with the given arguments.

@@ -5,7 +5,7 @@
 // One binary holds every component; the first argument (or the name the binary is called by, so that a link
 // named kubectl is kubectl) picks one:
 //
-//	realkube up --dir DIR [--manifest FILE]... [--service-account NS/NAME]...
+//	realkube up --dir DIR [--manifest FILE]... [--service-account NS/NAME]... [--nodes N [--cluster-cidr CIDR]]
 //	realkube down --dir DIR
 //	realkube kubectl ARGS...
 //
@@ -36,6 +36,10 @@ var commands = []command{
 	{"etcd", "an embedded etcd server", runEtcd},
 	{"kube-apiserver", "kube-apiserver", runAPIServer},
 	{"kube-controller-manager", "kube-controller-manager", runControllerManager},
+	{"kube-scheduler", "kube-scheduler (with --nodes)", runScheduler},
+	{"kubelet", "a node's kubelet (with --nodes)", runKubelet},
+	{"kube-proxy", "kube-proxy (with --nodes)", runProxy},
+	{"node", "stop or start a node's kubelet: node --dir DIR stop-kubelet|start-kubelet NAME", runNode},
 	{"kubectl", "kubectl", runKubectl},
 }
 

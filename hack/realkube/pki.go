@@ -169,6 +169,32 @@ func newCertificate(parent *keyPair, spec certificateSpec) (*keyPair, error) {
 	}, nil
 }
 
+// loadKeyPair reads a certificate and its key (the CA, to sign the nodes' certificates).
+func loadKeyPair(certPath, keyPath string) (*keyPair, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	certBlock, _ := pem.Decode(certPEM)
+	keyBlock, _ := pem.Decode(keyPEM)
+	if certBlock == nil || keyBlock == nil {
+		return nil, fmt.Errorf("%s or %s is not PEM", certPath, keyPath)
+	}
+	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: cert, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
+}
+
 func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	der, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
