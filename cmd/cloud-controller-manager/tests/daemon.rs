@@ -753,7 +753,7 @@ fn provider_controllers_are_checked_with_the_flags() {
     assert!(
         stderr.starts_with("error: --controllers: unknown controller \"-firewal\"")
             && stderr.ends_with(
-                "pv-label-controller (pv-label), tagging-controller (tagging), firewall-controller (firewall)\n"
+                "pv-label-controller (pv-label), tagging-controller (tagging), firewall-controller (firewall), tags-controller (tags)\n"
             ),
         "{stderr}"
     );

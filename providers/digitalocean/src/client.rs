@@ -170,7 +170,17 @@ impl std::fmt::Debug for DoClient {
 
 /// A successful response.
 struct Response {
+    status: u16,
     body: bytes::Bytes,
+}
+
+/// A successful answer with its HTTP status (for metrics that label by it).
+#[derive(Debug)]
+pub struct Answered<T> {
+    /// The decoded object.
+    pub value: T,
+    /// The HTTP status of the (last) response.
+    pub status: u16,
 }
 
 impl DoClient {
@@ -237,9 +247,22 @@ impl DoClient {
         path: &str,
         key: &str,
     ) -> Result<T, ApiError> {
+        self.get_answered(op, path, key).await.map(|a| a.value)
+    }
+
+    /// Like [`DoClient::get`], with the HTTP status.
+    pub async fn get_answered<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        key: &str,
+    ) -> Result<Answered<T>, ApiError> {
         let url = self.url(path)?;
         let resp = self.send(op, Method::GET, url, None).await?;
-        decode_key(&describe(&Method::GET, path), &resp.body, key)
+        Ok(Answered {
+            value: decode_key(&describe(&Method::GET, path), &resp.body, key)?,
+            status: resp.status,
+        })
     }
 
     /// Like [`DoClient::get`], with HTTP 404 as `None`.
@@ -265,6 +288,19 @@ impl DoClient {
         key: &str,
         query: &[(&str, &str)],
     ) -> Result<Vec<T>, ApiError> {
+        self.list_answered(op, path, key, query)
+            .await
+            .map(|a| a.value)
+    }
+
+    /// Like [`DoClient::list`], with the HTTP status of the last page.
+    pub async fn list_answered<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        key: &str,
+        query: &[(&str, &str)],
+    ) -> Result<Answered<Vec<T>>, ApiError> {
         let request = describe(&Method::GET, path);
         let mut url = self.url(path)?;
         {
@@ -294,7 +330,10 @@ impl DoClient {
                 .and_then(|l| serde_json::from_value(l).ok())
                 .unwrap_or_default();
             let Some(next) = links.pages.and_then(|p| p.next).filter(|n| !n.is_empty()) else {
-                return Ok(out);
+                return Ok(Answered {
+                    value: out,
+                    status: resp.status,
+                });
             };
             let next = self
                 .inner
@@ -335,7 +374,9 @@ impl DoClient {
         body: &B,
         key: &str,
     ) -> Result<T, ApiError> {
-        self.write(op, Method::POST, path, body, key).await
+        self.write(op, Method::POST, path, body, key)
+            .await
+            .map(|a| a.value)
     }
 
     /// `PUT path` with a JSON body, returning the object under `key`.
@@ -346,7 +387,38 @@ impl DoClient {
         body: &B,
         key: &str,
     ) -> Result<T, ApiError> {
-        self.write(op, Method::PUT, path, body, key).await
+        self.write(op, Method::PUT, path, body, key)
+            .await
+            .map(|a| a.value)
+    }
+
+    /// `method path` (`POST`, `PUT`) with a JSON body: the object under `key`, with the HTTP status.
+    pub async fn write<B: Serialize, T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: &B,
+        key: &str,
+    ) -> Result<Answered<T>, ApiError> {
+        let request = describe(&method, path);
+        let resp = self.send_json(op, method, path, body).await?;
+        Ok(Answered {
+            value: decode_key(&request, &resp.body, key)?,
+            status: resp.status,
+        })
+    }
+
+    /// `POST path` with a JSON body, for calls whose answer has no content (`204`).
+    pub async fn post_without_answer<B: Serialize>(
+        &self,
+        op: &'static str,
+        path: &str,
+        body: &B,
+    ) -> Result<(), ApiError> {
+        self.send_json(op, Method::POST, path, body)
+            .await
+            .map(|_| ())
     }
 
     /// `DELETE path`.
@@ -355,22 +427,20 @@ impl DoClient {
         self.send(op, Method::DELETE, url, None).await.map(|_| ())
     }
 
-    async fn write<B: Serialize, T: DeserializeOwned>(
+    /// Sends `body` as JSON.
+    async fn send_json<B: Serialize>(
         &self,
         op: &'static str,
         method: Method,
         path: &str,
         body: &B,
-        key: &str,
-    ) -> Result<T, ApiError> {
-        let request = describe(&method, path);
+    ) -> Result<Response, ApiError> {
         let bytes = serde_json::to_vec(body).map_err(|e| ApiError::Decode {
-            request: request.clone(),
+            request: describe(&method, path),
             message: format!("cannot encode the request: {e}"),
         })?;
         let url = self.url(path)?;
-        let resp = self.send(op, method, url, Some(bytes.into())).await?;
-        decode_key(&request, &resp.body, key)
+        self.send(op, method, url, Some(bytes.into())).await
     }
 
     /// Fetches a metadata-service document (plain text, no credentials sent).
@@ -488,7 +558,10 @@ impl DoClient {
             };
             tracing::debug!(request = %request, status = status.as_u16(), attempt, elapsed_ms = started.elapsed().as_millis() as u64, "DigitalOcean API call");
             if status.is_success() {
-                return Ok(Response { body: body_bytes });
+                return Ok(Response {
+                    status: status.as_u16(),
+                    body: body_bytes,
+                });
             }
             if status == StatusCode::TOO_MANY_REQUESTS {
                 let wait = rate_limit_wait(&headers, SystemTime::now())

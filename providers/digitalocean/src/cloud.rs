@@ -20,13 +20,16 @@ use crate::client::{ApiError, DoClient};
 use crate::config::DoConfig;
 use crate::droplets::{DropletDirectory, PROVIDER_NAME};
 use crate::firewall::FirewallController;
+use crate::firewall::metrics::FirewallMetrics;
 use crate::metrics::ApiMetrics;
+use crate::tags::TagsController;
 
 /// The DigitalOcean cloud provider.
 pub struct DigitalOceanCloud {
     pub(crate) config: DoConfig,
     pub(crate) client: DoClient,
     pub(crate) droplets: DropletDirectory,
+    firewall_metrics: FirewallMetrics,
     region: parking_lot::RwLock<Option<String>>,
     kube: parking_lot::RwLock<Option<kube::Client>>,
 }
@@ -54,6 +57,7 @@ impl DigitalOceanCloud {
             config,
             client,
             droplets,
+            firewall_metrics: FirewallMetrics::default(),
             region: parking_lot::RwLock::new(region),
             kube: parking_lot::RwLock::new(None),
         })
@@ -63,6 +67,11 @@ impl DigitalOceanCloud {
     pub fn from_cloud_config(file: Option<&[u8]>) -> std::result::Result<Self, BoxError> {
         let config = DoConfig::from_env_and_file(file)?;
         Ok(Self::new(config)?)
+    }
+
+    /// The firewall controller's metrics.
+    pub fn firewall_metrics(&self) -> &FirewallMetrics {
+        &self.firewall_metrics
     }
 
     /// The configuration.
@@ -222,11 +231,18 @@ impl CloudProvider for DigitalOceanCloud {
     }
 
     fn controllers(&self) -> Vec<Arc<dyn ProviderController>> {
-        vec![Arc::new(FirewallController::new(
-            self.client.clone(),
-            self.config.public_access_firewall.clone(),
-            self.config.default_lb_type,
-        ))]
+        vec![
+            Arc::new(FirewallController::new(
+                self.client.clone(),
+                self.config.public_access_firewall.clone(),
+                self.config.default_lb_type,
+                self.firewall_metrics.clone(),
+            )),
+            Arc::new(TagsController::new(
+                self.client.clone(),
+                self.config.cluster_id.clone(),
+            )),
+        ]
     }
 
     fn mutation_gate(&self) -> Option<&MutationGate> {
@@ -235,6 +251,7 @@ impl CloudProvider for DigitalOceanCloud {
 
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.client.metrics().register(registry);
+        self.firewall_metrics.register(registry);
     }
 
     fn has_cluster_id(&self) -> bool {

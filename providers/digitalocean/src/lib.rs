@@ -9,6 +9,8 @@
 //!   for the upstream DigitalOcean cloud-controller-manager's: the same request bodies ([`lb_spec`], over
 //!   the same nodes, [`lb_nodes`]), sent only when the load balancer differs from them ([`lb_diff`]).
 //! - [`PvLabeler`](cloud_provider::PvLabeler) for DigitalOcean block-storage volumes ([`volumes`]).
+//! - Two controllers of its own, as upstream runs them: the public-access firewall ([`firewall`]) and the
+//!   cluster tag on load balancers ([`tags`]).
 //!
 //! Beyond the upstream DigitalOcean cloud-controller-manager: a droplet cache so node checks cost O(1) API
 //! calls per period, retries with backoff on 429 and 5xx honouring `Retry-After` / `RateLimit-Reset`,
@@ -19,9 +21,9 @@
 //! `test-support` feature, [`stub`] is a stateful in-process stub of the DigitalOcean API.
 //!
 //! Module order, each using only modules after it: `instances`, `load_balancers`, `volumes`,
-//! `annotation_table` → `cloud` → `firewall` → `lb_spec` → `lb_nodes`, `lb_diff`, `droplets` → `annotations`,
+//! `annotation_table` → `cloud` → `firewall`, `tags` → `lb_spec` → `lb_nodes`, `lb_diff`, `droplets` → `annotations`,
 //! `client` → `api`, `config`, `metrics`, `ratelimit`; `stub` uses `config` only (inside it: `handlers` →
-//! `firewalls` → `answer`).
+//! `firewalls`, `tags` → `answer`).
 //!
 //! ```
 //! use cloud_provider::Registry;
@@ -51,6 +53,7 @@ pub mod metrics;
 pub mod ratelimit;
 #[cfg(feature = "test-support")]
 pub mod stub;
+pub mod tags;
 pub mod volumes;
 
 use std::sync::Arc;
@@ -63,14 +66,18 @@ pub use config::{AccessToken, ConfigError, DoConfig, LbType, PublicAccessFirewal
 pub use droplets::{PROVIDER_NAME, droplet_id_from_provider_id, provider_id_of};
 pub use metrics::ApiMetrics;
 
-/// Registers the DigitalOcean provider under the name `digitalocean`, with its `firewall-controller`, or
+/// Registers the DigitalOcean provider under the name `digitalocean`, with its `firewall-controller` and
+/// `tags-controller`, or
 /// fails if that name is taken.
 pub fn try_register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register_fn(PROVIDER_NAME, |config| {
         let cloud = DigitalOceanCloud::from_cloud_config(config)?;
         Ok(Arc::new(cloud) as Arc<dyn CloudProvider>)
     })?;
-    registry.declare_controllers(PROVIDER_NAME, &[firewall::FIREWALL_CONTROLLER]);
+    registry.declare_controllers(
+        PROVIDER_NAME,
+        &[firewall::FIREWALL_CONTROLLER, tags::TAGS_CONTROLLER],
+    );
     Ok(())
 }
 

@@ -361,7 +361,7 @@ impl DigitalOceanCloud {
                 .config
                 .cluster_id
                 .iter()
-                .map(|id| format!("k8s:{id}"))
+                .map(|id| crate::tags::cluster_tag(id))
                 .collect(),
             droplet_ids,
         })

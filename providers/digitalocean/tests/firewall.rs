@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use provider_digitalocean::annotations::{ANN_LOAD_BALANCER_ID, ANN_TYPE};
 use provider_digitalocean::firewall::FirewallController;
+use provider_digitalocean::firewall::metrics::FirewallMetrics;
 use provider_digitalocean::firewall::rules::ANN_FIREWALL_MANAGED;
 use provider_digitalocean::stub::{DoStub, Fault};
 use provider_digitalocean::{DoClient, LbType, PublicAccessFirewall};
@@ -31,6 +32,7 @@ const TAG: &str = "k8s:c1";
 /// The stub, an API server and the firewall controller running until dropped.
 struct Harness {
     stub: DoStub,
+    metrics: FirewallMetrics,
     services: Api<Service>,
     shutdown: CancellationToken,
     _server: TestApiServer,
@@ -58,6 +60,7 @@ impl Harness {
                 .unwrap();
         }
         let cloud = support::cloud_for(&stub);
+        let metrics = FirewallMetrics::default();
         let controller = FirewallController::new(
             DoClient::new(&support::config_for(&stub)).unwrap(),
             Some(PublicAccessFirewall {
@@ -65,6 +68,7 @@ impl Harness {
                 tags: vec![TAG.into()],
             }),
             LbType::RegionalNetwork,
+            metrics.clone(),
         )
         .with_resync_period(resync);
         let context = ControllerContext {
@@ -89,6 +93,7 @@ impl Harness {
         ));
         Harness {
             stub,
+            metrics,
             services,
             shutdown,
             _server: server,
@@ -292,6 +297,15 @@ async fn rules_follow_the_services() {
         1,
         "one firewall, created once"
     );
+    // Upstream's firewall_* families count the same: one create, the updates, the reconciles.
+    assert_eq!(h.metrics.operation_count("create", "succeeded", "202"), 1);
+    assert_eq!(
+        h.metrics.operation_count("update", "succeeded", "200") as usize,
+        h.firewall_writes() - 1
+    );
+    assert!(h.metrics.operation_count("get_by_list", "succeeded", "200") >= 1);
+    assert!(h.metrics.reconcile_count("reconciled", "") >= 4);
+    assert!(h.metrics.reconcile_count("skipped", "") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,6 +365,10 @@ async fn the_upstream_firewall_is_adopted_without_a_change() {
         1,
         "listed once, then read by ID"
     );
+    assert!(h.metrics.resource_sync_count("updated") >= 2);
+    assert!(h.metrics.operation_count("get_by_id", "succeeded", "200") >= 2);
+    assert_eq!(h.metrics.reconcile_count("reconciled", ""), 0);
+    assert!(h.metrics.reconcile_count("skipped", "") >= 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,6 +420,8 @@ async fn a_rate_limited_create_waits_for_retry_after() {
         .map(|r| r.status)
         .collect();
     assert_eq!(posts, [429, 202]);
+    // The call retried after the 429 counts as one operation.
+    assert_eq!(h.metrics.operation_count("create", "succeeded", "202"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,6 +453,7 @@ async fn an_unreadable_load_balancer_annotation_changes_nothing_until_fixed() {
         "nothing changes while a Service is unreadable"
     );
     assert_eq!(h.inbound(), [format!("tcp/30080 from {EVERYWHERE}")]);
+    assert!(h.metrics.reconcile_count("failed", "generic") >= 1);
 
     let fixed = json!({"metadata": {"annotations": {ANN_TYPE: "REGIONAL_NETWORK"}}});
     h.services
@@ -450,7 +471,7 @@ async fn an_unreadable_load_balancer_annotation_changes_nothing_until_fixed() {
 async fn the_provider_offers_the_controller_and_runs_it_only_when_configured() {
     let stub = DoStub::start().await;
     let unconfigured = support::cloud_for(&stub).controllers();
-    assert_eq!(unconfigured.len(), 1);
+    assert_eq!(unconfigured.len(), 2);
     assert_eq!(unconfigured[0].info().name, "firewall-controller");
     assert_eq!(unconfigured[0].info().alias, "firewall");
     let reason = unconfigured[0].skip_reason().unwrap();
@@ -469,6 +490,6 @@ async fn the_provider_offers_the_controller_and_runs_it_only_when_configured() {
     provider_digitalocean::register(&mut registry);
     assert_eq!(
         registry.controllers_of("digitalocean"),
-        [unconfigured[0].info()]
+        [unconfigured[0].info(), unconfigured[1].info()]
     );
 }

@@ -855,7 +855,7 @@ fn takeover_cloud(env: &Env) -> DigitalOceanCloud {
     })
 }
 
-/// Runs the service and firewall controllers on the converged cluster until every one of its `ensured`
+/// Runs the service controller and the provider's own (firewall, tags) on the converged cluster until every one of its `ensured`
 /// load balancers was ensured and the firewall was read, then stops them.
 async fn run_controllers_until_ensured(env: &Env, client: &kube::Client, ensured: usize) {
     use cloud_controllers::{
@@ -940,7 +940,8 @@ async fn takeover_through_the_controllers_makes_no_mutating_call() {
     apiserver.shutdown().await;
 }
 
-/// A dry run of the service and firewall controllers, through the daemon's own dry-run path, with `cloud`.
+/// A dry run of the service, firewall and tags controllers, through the daemon's own dry-run path, with
+/// `cloud`.
 async fn dry_run(
     apiserver: &test_apiserver::TestApiServer,
     cloud: DigitalOceanCloud,
@@ -954,13 +955,16 @@ async fn dry_run(
         .unwrap();
     registry.declare_controllers(
         "digitalocean",
-        &[provider_digitalocean::firewall::FIREWALL_CONTROLLER],
+        &[
+            provider_digitalocean::firewall::FIREWALL_CONTROLLER,
+            provider_digitalocean::tags::TAGS_CONTROLLER,
+        ],
     );
     let args = [
         "cloud-controller-manager".to_string(),
         "--cloud-provider=digitalocean".to_string(),
         format!("--kubeconfig={}", apiserver.kubeconfig_path().display()),
-        "--controllers=service-lb-controller,firewall-controller".to_string(),
+        "--controllers=service-lb-controller,firewall-controller,tags-controller".to_string(),
     ];
     ccm_app::dry_run_with_args(registry, args).await.unwrap()
 }
@@ -984,6 +988,13 @@ async fn a_dry_run_of_a_converged_cluster_is_in_sync_and_sends_no_mutating_reque
     let firewall = format!("cloud/firewall/{FIREWALL_NAME}");
     assert_eq!(
         report.objects[&firewall].status(),
+        "in sync",
+        "{}",
+        report.table()
+    );
+    // Upstream tagged every load balancer it made: the tags controller has nothing to do.
+    assert_eq!(
+        report.objects["cloud/tag/k8s:c-1"].status(),
         "in sync",
         "{}",
         report.table()

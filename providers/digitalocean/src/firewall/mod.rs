@@ -15,7 +15,10 @@
 //!   client honours `429` with `Retry-After` and the rate-limit headers on every call. A Service whose
 //!   load-balancer type or network annotation cannot be read fails the reconcile as a whole: nothing is
 //!   changed until it is fixed, like upstream.
+//!
+//! It counts its API calls, refreshes and reconciles in upstream's `firewall_*` families ([`metrics`]).
 
+pub mod metrics;
 pub mod rules;
 
 use std::sync::Arc;
@@ -26,11 +29,13 @@ use cloud_provider::{
     ProviderController, Result, ServiceWatch, for_object,
 };
 use k8s_openapi::api::core::v1::Service;
+use reqwest::Method;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ApiError, DoClient};
+use crate::client::{Answered, ApiError, DoClient};
 use crate::config::{LbType, PublicAccessFirewall};
+use metrics::FirewallMetrics;
 use rules::{Firewall, FirewallRequest, describe_difference, desired_firewall, is_up_to_date};
 
 /// The controller's names.
@@ -52,20 +57,23 @@ pub struct FirewallController {
     firewall: Option<PublicAccessFirewall>,
     default_lb_type: LbType,
     resync_period: Duration,
+    metrics: FirewallMetrics,
 }
 
 impl FirewallController {
-    /// The controller for `firewall` (none: it does not run).
+    /// The controller for `firewall` (none: it does not run), counting in `metrics`.
     pub fn new(
         client: DoClient,
         firewall: Option<PublicAccessFirewall>,
         default_lb_type: LbType,
+        metrics: FirewallMetrics,
     ) -> Self {
         FirewallController {
             client,
             firewall,
             default_lb_type,
             resync_period: RESYNC_PERIOD,
+            metrics,
         }
     }
 
@@ -95,7 +103,12 @@ impl ProviderController for FirewallController {
             return Ok(());
         };
         tracing::info!(firewall = %firewall.name, tags = ?firewall.tags, "managing the public-access firewall");
-        let mut manager = FirewallManager::new(self.client.clone(), firewall.clone());
+        let mut manager = FirewallManager {
+            client: self.client.clone(),
+            firewall: firewall.clone(),
+            known: None,
+            metrics: self.metrics.clone(),
+        };
         let mut loop_state = Loop {
             services: context.services,
             manager: &mut manager,
@@ -148,7 +161,7 @@ impl Loop<'_> {
                     pending = true;
                 }
                 _ = refresh.tick() => {
-                    match self.manager.refresh().await {
+                    match self.manager.resource_sync().await {
                         Ok(()) => pending = true,
                         Err(err) => tracing::warn!(error = %err, "could not refresh the public-access firewall"),
                     }
@@ -179,12 +192,26 @@ impl Loop<'_> {
     /// One reconcile of the firewall with the current Services, within [`RECONCILE_TIMEOUT`].
     async fn reconcile(&mut self) -> std::result::Result<(), String> {
         let services = self.services.services();
-        tokio::time::timeout(
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(
             RECONCILE_TIMEOUT,
             self.manager.reconcile(&services, self.default_lb_type),
         )
-        .await
-        .unwrap_or_else(|_| Err(format!("timed out after {RECONCILE_TIMEOUT:?}")))
+        .await;
+        let metrics = &self.manager.metrics;
+        match outcome {
+            Ok(Ok(Reconciled::Changed)) => metrics.reconcile("reconciled", "", started),
+            Ok(Ok(Reconciled::UpToDate)) => metrics.reconcile("skipped", "", started),
+            Ok(Err(err)) => {
+                metrics.reconcile("failed", "generic", started);
+                return Err(err);
+            }
+            Err(_) => {
+                metrics.reconcile("failed", "timeout", started);
+                return Err(format!("timed out after {RECONCILE_TIMEOUT:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// One reconcile; on failure, when to retry.
@@ -219,29 +246,30 @@ fn retry_delay(failures: u32) -> Duration {
         .min(MAX_RETRY_DELAY)
 }
 
+/// What a successful reconcile did.
+enum Reconciled {
+    /// The firewall was created or updated.
+    Changed,
+    /// It already matched.
+    UpToDate,
+}
+
 /// The firewall's API calls and the last copy the API returned.
 struct FirewallManager {
     client: DoClient,
     firewall: PublicAccessFirewall,
     /// `None` until the API has been asked; then the firewall, or `Some(None)` when there is none.
     known: Option<Option<Firewall>>,
+    metrics: FirewallMetrics,
 }
 
 impl FirewallManager {
-    fn new(client: DoClient, firewall: PublicAccessFirewall) -> Self {
-        FirewallManager {
-            client,
-            firewall,
-            known: None,
-        }
-    }
-
     /// Makes the cloud's firewall the one `services` call for.
     async fn reconcile(
         &mut self,
         services: &[Arc<Service>],
         default_lb_type: LbType,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<Reconciled, String> {
         let request = desired_firewall(&self.firewall, services, default_lb_type)
             .map_err(|e| format!("cannot compute the firewall rules: {e}"))?;
         if self.known.is_none() {
@@ -251,7 +279,7 @@ impl FirewallManager {
         match &current {
             Some(current) if is_up_to_date(current, &request) => {
                 tracing::debug!(firewall = %current.id, "the public-access firewall is up to date");
-                return Ok(());
+                return Ok(Reconciled::UpToDate);
             }
             Some(current) => tracing::info!(
                 firewall = %current.id,
@@ -266,7 +294,46 @@ impl FirewallManager {
         }
         self.apply(current.map(|c| c.id), &request)
             .await
+            .map(|()| Reconciled::Changed)
             .map_err(|e| e.to_string())
+    }
+
+    /// The periodic re-read ([`FirewallManager::refresh`] within [`RECONCILE_TIMEOUT`]), counted as a
+    /// resource sync.
+    async fn resource_sync(&mut self) -> std::result::Result<(), CloudError> {
+        let started = std::time::Instant::now();
+        match tokio::time::timeout(RECONCILE_TIMEOUT, self.refresh()).await {
+            Ok(Ok(())) => {
+                self.metrics.resource_sync("updated", started);
+                Ok(())
+            }
+            Ok(Err(err)) => {
+                self.metrics.resource_sync("failed", started);
+                Err(err)
+            }
+            Err(_) => {
+                self.metrics.resource_sync("canceled", started);
+                Err(CloudError::provider(format!(
+                    "refreshing the public-access firewall timed out after {RECONCILE_TIMEOUT:?}"
+                )))
+            }
+        }
+    }
+
+    /// Counts the API operation `operation` that started at `started` with `outcome`.
+    fn count<T>(
+        &self,
+        operation: &str,
+        started: std::time::Instant,
+        outcome: std::result::Result<Answered<T>, ApiError>,
+    ) -> std::result::Result<T, ApiError> {
+        let status = match &outcome {
+            Ok(answered) => Some(answered.status),
+            Err(err) => err.status(),
+        };
+        self.metrics
+            .operation(operation, outcome.is_ok(), status, started);
+        outcome.map(|a| a.value)
     }
 
     /// Re-reads the firewall: by ID when one is known (falling back to the list when it is gone), else by
@@ -274,22 +341,30 @@ impl FirewallManager {
     async fn refresh(&mut self) -> std::result::Result<(), CloudError> {
         if let Some(Some(known)) = &self.known {
             let path = format!("v2/firewalls/{}", known.id);
-            match self.client.get_opt("get_firewall", &path, "firewall").await {
-                Ok(Some(firewall)) => {
+            let started = std::time::Instant::now();
+            let answer = self
+                .client
+                .get_answered("get_firewall", &path, "firewall")
+                .await;
+            match self.count("get_by_id", started, answer) {
+                Ok(firewall) => {
                     self.known = Some(Some(firewall));
                     return Ok(());
                 }
-                Ok(None) => tracing::warn!(
+                Err(err) if err.is_not_found() => tracing::warn!(
                     firewall = %known.id,
                     "the public-access firewall no longer exists; looking it up by name"
                 ),
                 Err(err) => return Err(api_error("get the public-access firewall", err)),
             }
         }
-        let firewalls: Vec<Firewall> = self
+        let started = std::time::Instant::now();
+        let answer = self
             .client
-            .list("list_firewalls", "v2/firewalls", "firewalls", &[])
-            .await
+            .list_answered("list_firewalls", "v2/firewalls", "firewalls", &[])
+            .await;
+        let firewalls: Vec<Firewall> = self
+            .count("get_by_list", started, answer)
             .map_err(|e| api_error("list firewalls", e))?;
         let found = firewalls.into_iter().find(|f| f.name == self.firewall.name);
         tracing::debug!(name = %self.firewall.name, found = found.is_some(), "looked the public-access firewall up by name");
@@ -305,11 +380,12 @@ impl FirewallManager {
     ) -> std::result::Result<(), CloudError> {
         if let Some(id) = id {
             let path = format!("v2/firewalls/{id}");
-            match self
+            let started = std::time::Instant::now();
+            let answer = self
                 .client
-                .put("update_firewall", &path, request, "firewall")
-                .await
-            {
+                .write("update_firewall", Method::PUT, &path, request, "firewall")
+                .await;
+            match self.count("update", started, answer) {
                 Ok(firewall) => {
                     tracing::info!(firewall = %id, "updated the public-access firewall");
                     self.known = Some(Some(firewall));
@@ -322,10 +398,19 @@ impl FirewallManager {
                 Err(err) => return Err(api_error("update the public-access firewall", err)),
             }
         }
-        let firewall: Firewall = self
+        let started = std::time::Instant::now();
+        let answer = self
             .client
-            .post("create_firewall", "v2/firewalls", request, "firewall")
-            .await
+            .write(
+                "create_firewall",
+                Method::POST,
+                "v2/firewalls",
+                request,
+                "firewall",
+            )
+            .await;
+        let firewall: Firewall = self
+            .count("create", started, answer)
             .map_err(|e| api_error("create the public-access firewall", e))?;
         tracing::info!(firewall = %firewall.id, name = %firewall.name, "created the public-access firewall");
         self.known = Some(Some(firewall));

@@ -278,6 +278,7 @@ fn route(
         (_, ["v2", "firewalls", rest @ ..]) => {
             super::firewalls::route(st, method.as_str(), path, rest, query, body)
         }
+        (_, ["v2", "tags", rest @ ..]) => super::tags::route(st, method.as_str(), rest, body),
         (
             _,
             [
@@ -693,6 +694,7 @@ fn create_load_balancer(st: &mut State, body: &[u8]) -> Answer {
         return Answer::unprocessable(m);
     }
     let mut lb = new_load_balancer(st, body);
+    super::tags::note_created_tags(st, &lb);
     let reads = st.activation_reads;
     let mut pending_ip = None;
     lb["status"] = json!(if reads.is_some() { "new" } else { "active" });

@@ -19,7 +19,8 @@
 //! to `size_unit`, `region` as an object, `vpc_uuid`, `project_id`, `created_at`). A `PUT` replaces the
 //! load balancer: what it leaves out goes back to the defaults, except the creation-only `tags`, `ip`
 //! and `vpc_uuid`. Mutating requests are recorded with their bodies ([`DoStub::mutations`]). Cloud firewalls
-//! are kept and validated too (create, get, list, update, delete, tags).
+//! are kept and validated too (create, get, list, update, delete, tags), and so are tags (created, and
+//! added to load balancers).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -41,8 +42,9 @@
 mod answer;
 mod firewalls;
 mod handlers;
+mod tags;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -242,6 +244,7 @@ pub(crate) struct State {
     pub(crate) certificates: BTreeMap<String, Value>,
     pub(crate) volumes: BTreeMap<String, Value>,
     pub(crate) firewalls: BTreeMap<String, Value>,
+    pub(crate) tags: BTreeSet<String>,
     pub(crate) faults: Vec<Fault>,
     pub(crate) requests: Vec<RecordedRequest>,
     pub(crate) rate: RateWindow,
@@ -356,6 +359,7 @@ impl DoStubBuilder {
             certificates: BTreeMap::new(),
             volumes: BTreeMap::new(),
             firewalls: BTreeMap::new(),
+            tags: BTreeSet::new(),
             faults: Vec::new(),
             requests: Vec::new(),
             rate: RateWindow {
@@ -588,6 +592,7 @@ impl DoStub {
         }
         let mut lb = handlers::new_load_balancer(&mut st, body);
         lb["status"] = json!("active");
+        tags::note_created_tags(&mut st, &lb);
         let id = lb["id"].as_str().unwrap_or_default().to_string();
         st.load_balancers.insert(
             id.clone(),
@@ -609,6 +614,11 @@ impl DoStub {
             }
             None => false,
         }
+    }
+
+    /// Every tag that exists, sorted.
+    pub fn tags(&self) -> Vec<String> {
+        self.state.lock().tags.iter().cloned().collect()
     }
 
     /// Every cloud firewall, in creation order.
