@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build build-arm64 test test-arm64 test-realkube test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
+.PHONY: help build build-arm64 test test-arm64 test-realkube test-real-nodes real-nodes-deps test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -24,6 +24,7 @@ test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, 
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 	$(MAKE) --no-print-directory test-arm64
 	$(MAKE) --no-print-directory test-realkube
+	$(MAKE) --no-print-directory test-real-nodes
 	$(MAKE) --no-print-directory verify-manifests
 	$(MAKE) --no-print-directory test-upstream
 
@@ -32,6 +33,12 @@ test-arm64: ## The arm64 daemon (dev build) under qemu: --version, a node initia
 
 test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test.sh
+
+test-real-nodes: ## The end-to-end suite on three real kubelets with containerd and kube-proxy beside the real control plane (needs root and `make real-nodes-deps`; the host is restored and checked afterwards).
+	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test-nodes.sh
+
+real-nodes-deps: ## Install the Debian packages real nodes need (containerd, runc, CNI plugins, iptables, nftables, conntrack, busybox-static, curl).
+	hack/realkube/install-node-deps.sh
 
 test-upstream: ## The differential suite: the same scenarios with upstream's CCM (hack/upstream) and ours on a real kube-apiserver.
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/upstream/test.sh

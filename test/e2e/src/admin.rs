@@ -96,6 +96,13 @@ impl FakeAdmin {
             .map(|_| ())
     }
 
+    /// Adds an instance (a name or ID that is in use is refused; a terminated one's may be used again).
+    pub async fn add_instance(&self, instance: &serde_json::Value) -> Result<(), HarnessError> {
+        self.call(Method::POST, "/instances", Some(instance))
+            .await
+            .map(|_| ())
+    }
+
     /// Shuts an instance down (it still exists).
     pub async fn stop_instance(&self, name: &str) -> Result<(), HarnessError> {
         self.instance_action(name, "stop").await

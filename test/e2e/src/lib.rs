@@ -11,6 +11,8 @@
 //! - [`kubelet`]: simulated kubelets (tainted Nodes with addresses and pod CIDRs, kept Ready).
 //! - [`admin`]: a client of the fake cloud's admin API.
 //! - [`ccm`]: CCM processes (spawn, kill, logs, leader status).
+//! - [`real_nodes`]: real kubelets beside `hack/realkube` (`realkube up --nodes N`) and a client outside the
+//!   cluster.
 //! - [`rbac`]: the RBAC-honesty comparison of `deploy/base/rbac.yaml` with recorded requests.
 //! - [`differential`]: the same scenario against upstream's CCM and ours, and the comparison.
 //! - [`audit`]: a real API server's audit log, the record of requests when the target is not in-process.
@@ -29,6 +31,7 @@ pub mod http;
 pub mod kubectl;
 pub mod kubelet;
 pub mod rbac;
+pub mod real_nodes;
 pub mod wait;
 pub mod well_known;
 

@@ -840,3 +840,69 @@ impl Scenario for Volumes {
 async fn volumes() {
     differential(Volumes).await;
 }
+
+/// Initialization on real kubelets (`realkube up --nodes 2`, `DIFF_REAL_NODES_DIR`): every Node is
+/// deleted before each run and the kubelets started again, so each CCM finds them as they register,
+/// tainted and with their provided node IP. The pod CIDRs (node-ipam gives them anew each time) are not
+/// compared; the routes' targets are.
+struct RealNodeInitialization {
+    cluster: ccm_e2e::real_nodes::RealCluster,
+    count: usize,
+}
+
+impl Scenario for RealNodeInitialization {
+    fn cloud_config(&self) -> String {
+        ccm_e2e::real_nodes::cloud_config(self.count, None)
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        for index in 1..=self.count {
+            let name = ccm_e2e::real_nodes::node_name(index);
+            self.cluster.stop_kubelet(&name).await?;
+            self.cluster.start_kubelet(&name).await?;
+        }
+        let count = self.count;
+        wait_nodes(&client, "the kubelets registered again", |nodes| {
+            nodes.len() == count && nodes.iter().all(|n| has_taint(n, UNINITIALIZED_TAINT))
+        })
+        .await
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        wait_nodes(&client, "every real node initialized", |nodes| {
+            nodes.iter().all(|n| {
+                provider_id(n).is_some() && !has_taint(n, UNINITIALIZED_TAINT) && is_ready(n)
+            })
+        })
+        .await
+    }
+
+    fn normalize(&self, snapshot: &mut differential::Snapshot) {
+        for node in snapshot.nodes.values_mut() {
+            if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.remove("podCIDR");
+                spec.remove("podCIDRs");
+            }
+        }
+        snapshot.cloud = std::mem::take(&mut snapshot.cloud)
+            .into_iter()
+            .map(|(key, value)| match key.strip_prefix("route ") {
+                Some(route) => (
+                    format!("route {}", route.split(' ').next().unwrap_or(route)),
+                    value,
+                ),
+                None => (key, value),
+            })
+            .collect();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs real nodes and the upstream CCM: hack/realkube/test-nodes.sh"]
+async fn real_node_initialization() {
+    let dir = std::env::var("DIFF_REAL_NODES_DIR")
+        .expect("DIFF_REAL_NODES_DIR names a `realkube up --nodes 2` directory (hack/realkube/test-nodes.sh sets it)");
+    let cluster =
+        ccm_e2e::real_nodes::RealCluster::open(dir).expect("a realkube cluster with nodes");
+    differential(RealNodeInitialization { cluster, count: 2 }).await;
+}
