@@ -54,10 +54,10 @@ upstream: ## Build the upstream test peers (k8s.io/cloud-provider's CCM with a f
 realkube: ## Build the real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) from Go modules.
 	hack/realkube/build.sh
 
-demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated (REAL=1: on a real kube-apiserver; KEEP=1: keep the cluster running for kubectl).
+demo: ## Run the whole CCM on an embedded API server and the fake cloud, narrated (REAL=1: on a real kube-apiserver; REAL=1 NODES=2: with real kubelets, ending with a request through a load balancer; KEEP=1: keep the cluster running for kubectl).
 	$(CARGO) build --locked -p cloud-controller-manager -p ccm-demo
 ifeq ($(REAL),1)
-	CARGO="$(CARGO)" hack/realkube/demo.sh
+	CARGO="$(CARGO)" NODES="$(NODES)" hack/realkube/demo.sh
 else
 	$(CARGO) run --locked -p ccm-demo --
 endif

@@ -11,9 +11,11 @@
 //! server, the CCM and the simulated kubelets keep running after the demo until Ctrl-C. With `DEMO_KUBECONFIG`
 //! (an admin's kubeconfig) and `DEMO_CCM_KUBECONFIG` (the CCM's) it runs against that cluster instead, as
 //! `make demo REAL=1` does with `hack/realkube`'s real control plane (which keeps its own cluster with
-//! `KEEP=1`).
+//! `KEEP=1`). With `DEMO_REAL_NODES=N` as well (`make demo REAL=1 NODES=N`) the cluster's nodes are real
+//! kubelets, and the story ends with a request through a load balancer to a pod ([`real_nodes`]).
 
 mod narrator;
+mod real_nodes;
 mod tables;
 
 use std::collections::BTreeMap;
@@ -158,9 +160,17 @@ async fn run() -> anyhow::Result<bool> {
             .filter(|v| !v.is_empty())
             .map(Into::into)
     };
+    let real_nodes: Option<usize> = std::env::var("DEMO_REAL_NODES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0);
     let config = HarnessConfig {
         kubeconfig: real("DEMO_KUBECONFIG"),
-        mode: Mode::Simulated,
+        mode: if real_nodes.is_some() {
+            Mode::Existing
+        } else {
+            Mode::Simulated
+        },
         fake_admin: None,
         ccm_namespace: "kube-system".into(),
         ccm_kubeconfig: real("DEMO_CCM_KUBECONFIG"),
@@ -177,7 +187,10 @@ async fn run() -> anyhow::Result<bool> {
     }
     let options = LocalOptions {
         replicas: 1,
-        cloud_config: CLOUD_CONFIG.to_string(),
+        cloud_config: match real_nodes {
+            Some(count) => ccm_e2e::real_nodes::cloud_config(count, None),
+            None => CLOUD_CONFIG.to_string(),
+        },
         extra_args: vec!["--cluster-name=demo".into()],
         keep_files: true,
     };
@@ -206,7 +219,10 @@ async fn run() -> anyhow::Result<bool> {
     println!();
     let narrator = narrator::Narrator::start(harness.client(), started);
     let mut outcomes = Outcomes::default();
-    let result = script(&harness, &mut outcomes).await;
+    let result = match real_nodes {
+        Some(count) => real_nodes::script(&harness, count, &mut outcomes).await,
+        None => script(&harness, &mut outcomes).await,
+    };
     // Let the narrator print the last changes.
     tokio::time::sleep(Duration::from_millis(500)).await;
     narrator.stop();
