@@ -2,9 +2,10 @@
 # The end-to-end suite on real nodes (test/e2e/tests/real_nodes.rs): the control plane with three real
 # kubelets, a containerd each, and one kube-proxy (`realkube up --nodes 3`), the CCM run by the suite as
 # the ServiceAccount of deploy/base/rbac.yaml. Then, on two fresh real nodes under the RBAC upstream
-# publishes, the differential scenario of their initialization (test/e2e/tests/differential.rs): upstream's
-# CCM (hack/upstream), then ours. After each, `realkube down`, which fails when the host is not as it was
-# before the nodes started (sysctls, nftables, links, addresses on lo, mounts, cgroups, /run).
+# publishes, the differential scenarios of their initialization and lifecycle
+# (test/e2e/tests/differential.rs): upstream's CCM (hack/upstream), then ours, one scenario at a time.
+# After each, `realkube down`, which fails when the host is not as it was before the nodes started
+# (sysctls, nftables, links, addresses on lo, mounts, cgroups, /run).
 #
 #   hack/realkube/test-nodes.sh          build (cached), start, test, stop
 #
@@ -48,7 +49,7 @@ E2E_REAL_NODES_DIR="$dir" \
   "$cargo" test --workspace $features --locked --test real_nodes -- --ignored --nocapture
 "$realkube" down --dir "$dir"
 
-echo "--- real nodes: their initialization by upstream's CCM and by ours (the differential scenario)"
+echo "--- real nodes: their initialization and lifecycle by upstream's CCM and by ours (the differential scenarios)"
 upstream="$(hack/upstream/build.sh | tail -n 1)"
 "$realkube" up --dir "$dir" --nodes 2 \
   --manifest test/e2e/upstream-rbac.yaml \
@@ -59,4 +60,4 @@ DIFF_KUBECONFIG="$dir/admin.kubeconfig" \
 DIFF_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 DIFF_UPSTREAM_CCM="$upstream" \
 DIFF_LOG_DIR="$root/target/realkube/nodes-logs" \
-  "$cargo" test --workspace $features --locked --test differential real_node_initialization -- --ignored --nocapture
+  "$cargo" test --workspace $features --locked --test differential real_node_ -- --ignored --nocapture --test-threads=1

@@ -5,15 +5,10 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{
-    ControllerConfig, ControllerContext, ControllerMetrics, HealthRegistry,
-    run_with_provider_controllers,
-};
-use cloud_provider::{CloudProvider, ProviderController};
+use cloud_provider::CloudProvider;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use provider_digitalocean::annotations::{ANN_LOAD_BALANCER_ID, ANN_TYPE};
@@ -23,6 +18,7 @@ use provider_digitalocean::firewall::rules::ANN_FIREWALL_MANAGED;
 use provider_digitalocean::stub::{DoStub, Fault};
 use provider_digitalocean::{DoClient, LbType, PublicAccessFirewall};
 use serde_json::{Value, json};
+use support::wait_until;
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
@@ -71,26 +67,7 @@ impl Harness {
             metrics.clone(),
         )
         .with_resync_period(resync);
-        let context = ControllerContext {
-            client: client.clone(),
-            event_client: client.clone(),
-            cloud: Arc::new(cloud) as Arc<dyn CloudProvider>,
-            config: Arc::new(ControllerConfig::default()),
-            metrics: ControllerMetrics::register(
-                &mut prometheus_client::registry::Registry::default(),
-            ),
-            health: HealthRegistry::new(),
-            identity: "firewall-test_0".into(),
-        };
-        let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
-        let controllers = vec![Arc::new(controller) as Arc<dyn ProviderController>];
-        tokio::spawn(run_with_provider_controllers(
-            context,
-            &[],
-            controllers,
-            token,
-        ));
+        let shutdown = support::spawn_provider_controller(client, cloud, Arc::new(controller));
         Harness {
             stub,
             metrics,
@@ -145,21 +122,6 @@ impl Harness {
             self.inbound() == want
         })
         .await;
-    }
-}
-
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -6,15 +6,10 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cloud_controllers::{
-    ControllerConfig, ControllerContext, ControllerMetrics, HealthRegistry,
-    run_with_provider_controllers,
-};
-use cloud_provider::{CloudProvider, ProviderController};
+use cloud_provider::CloudProvider;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use provider_digitalocean::DoClient;
@@ -23,6 +18,7 @@ use provider_digitalocean::stub::{DoStub, Fault};
 use provider_digitalocean::tags::TagsController;
 use serde_json::{Value, json};
 use support::lb_service;
+use support::wait_until;
 use test_apiserver::TestApiServer;
 use tokio_util::sync::CancellationToken;
 
@@ -61,25 +57,8 @@ impl Harness {
             Some("c-1".into()),
         )
         .with_period(period);
-        let context = ControllerContext {
-            client: client.clone(),
-            event_client: client.clone(),
-            cloud: Arc::new(support::cloud_for(&stub)) as Arc<dyn CloudProvider>,
-            config: Arc::new(ControllerConfig::default()),
-            metrics: ControllerMetrics::register(
-                &mut prometheus_client::registry::Registry::default(),
-            ),
-            health: HealthRegistry::new(),
-            identity: "tags-test_0".into(),
-        };
-        let shutdown = CancellationToken::new();
-        let controllers = vec![Arc::new(controller) as Arc<dyn ProviderController>];
-        tokio::spawn(run_with_provider_controllers(
-            context,
-            &[],
-            controllers,
-            shutdown.clone(),
-        ));
+        let cloud = support::cloud_for(&stub);
+        let shutdown = support::spawn_provider_controller(client, cloud, Arc::new(controller));
         Harness {
             stub,
             services: api,
@@ -99,21 +78,6 @@ impl Harness {
             .iter()
             .map(|r| format!("{} {} {}", r.method, r.path, r.status))
             .collect()
-    }
-}
-
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -50,6 +50,11 @@ pub fn cloud_config(count: usize, mismatched: Option<usize>) -> String {
             instance(index, wrong.as_deref())
         })
         .collect();
+    cloud_config_of(instances)
+}
+
+/// The fake cloud-config with these instances, no discovery.
+pub fn cloud_config_of(instances: Vec<serde_json::Value>) -> String {
     let config = serde_json::json!({
         "region": "real-region",
         "zones": ["real-zone-a", "real-zone-b"],
@@ -211,23 +216,10 @@ impl ExternalClient {
 
     /// `GET url` from the client (curl, 3 s timeout): the body, or `None` when nothing answered.
     pub fn get(&self, url: &str) -> Option<String> {
-        let output = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.namespace,
-                "curl",
-                "-s",
-                "-m",
-                "3",
-                url,
-            ])
-            .output()
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        curl(
+            Command::new("ip").args(["netns", "exec", &self.namespace, "curl"]),
+            url,
+        )
     }
 }
 
@@ -244,10 +236,13 @@ impl Drop for ExternalClient {
 
 /// `GET url` from the host (curl, 3 s timeout): the body, or `None` when nothing answered.
 pub fn host_get(url: &str) -> Option<String> {
-    let output = Command::new("curl")
-        .args(["-s", "-m", "3", url])
-        .output()
-        .ok()?;
+    curl(&mut Command::new("curl"), url)
+}
+
+/// Runs `curl` (the command given, to which the arguments are added) for `url` with a 3 s timeout: the
+/// body, or `None` when nothing answered.
+fn curl(command: &mut Command, url: &str) -> Option<String> {
+    let output = command.args(["-s", "-m", "3", url]).output().ok()?;
     output
         .status
         .success()

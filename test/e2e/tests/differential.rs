@@ -878,6 +878,13 @@ impl Scenario for RealNodeInitialization {
     }
 
     fn normalize(&self, snapshot: &mut differential::Snapshot) {
+        Self::drop_pod_cidrs(snapshot);
+    }
+}
+
+impl RealNodeInitialization {
+    /// Drops the pod CIDRs node-ipam gives anew each run, and the CIDRs from the routes' keys.
+    fn drop_pod_cidrs(snapshot: &mut differential::Snapshot) {
         for node in snapshot.nodes.values_mut() {
             if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.remove("podCIDR");
@@ -895,6 +902,71 @@ impl Scenario for RealNodeInitialization {
             })
             .collect();
     }
+}
+
+/// The lifecycle on real kubelets (`realkube up --nodes 2`, `DIFF_REAL_NODES_DIR`): the kubelets register
+/// afresh and are stopped before each run, node-1's machine is gone (terminated) and node-2's stopped. Once
+/// kube-controller-manager's node controller finds them NotReady, each CCM deletes node-1 (uninitialized:
+/// its machine never answered) and taints node-2 shut down.
+struct RealNodeLifecycle {
+    cluster: ccm_e2e::real_nodes::RealCluster,
+}
+
+impl Scenario for RealNodeLifecycle {
+    fn cloud_config(&self) -> String {
+        let instances = [(1, "terminated"), (2, "stopped")]
+            .into_iter()
+            .map(|(index, state)| {
+                let mut instance = ccm_e2e::real_nodes::instance(index, None);
+                instance["state"] = json!(state);
+                instance
+            })
+            .collect();
+        ccm_e2e::real_nodes::cloud_config_of(instances)
+    }
+
+    async fn before(&self, client: Client) -> Result<(), HarnessError> {
+        for index in 1..=2 {
+            let name = ccm_e2e::real_nodes::node_name(index);
+            self.cluster.stop_kubelet(&name).await?;
+            self.cluster.start_kubelet(&name).await?;
+        }
+        wait_nodes(&client, "the kubelets registered again", |nodes| {
+            nodes.len() == 2 && nodes.iter().all(|n| has_taint(n, UNINITIALIZED_TAINT))
+        })
+        .await?;
+        for index in 1..=2 {
+            let name = ccm_e2e::real_nodes::node_name(index);
+            self.cluster.stop_kubelet(&name).await?;
+        }
+        Ok(())
+    }
+
+    async fn during(&self, client: Client) -> Result<(), HarnessError> {
+        wait_nodes(
+            &client,
+            "node-1 deleted and node-2 tainted shut down",
+            |nodes| {
+                node(nodes, "node-1").is_none()
+                    && node(nodes, "node-2").is_some_and(|n| has_taint(n, SHUTDOWN_TAINT))
+            },
+        )
+        .await
+    }
+
+    fn normalize(&self, snapshot: &mut differential::Snapshot) {
+        RealNodeInitialization::drop_pod_cidrs(snapshot);
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs real nodes and the upstream CCM: hack/realkube/test-nodes.sh"]
+async fn real_node_lifecycle() {
+    let dir = std::env::var("DIFF_REAL_NODES_DIR")
+        .expect("DIFF_REAL_NODES_DIR names a `realkube up --nodes 2` directory (hack/realkube/test-nodes.sh sets it)");
+    let cluster =
+        ccm_e2e::real_nodes::RealCluster::open(dir).expect("a realkube cluster with nodes");
+    differential(RealNodeLifecycle { cluster }).await;
 }
 
 #[tokio::test]

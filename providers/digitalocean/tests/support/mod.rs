@@ -131,3 +131,49 @@ pub fn lb_service(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Servic
     });
     s
 }
+
+/// Runs `controller` on the controller manager's real run path (`run_with_provider_controllers`, with the
+/// shared Service watch) against the API server of `client`, with `cloud` as the provider, until the
+/// returned token is cancelled.
+pub fn spawn_provider_controller(
+    client: kube::Client,
+    cloud: DigitalOceanCloud,
+    controller: std::sync::Arc<dyn cloud_provider::ProviderController>,
+) -> tokio_util::sync::CancellationToken {
+    use cloud_controllers::{
+        ControllerConfig, ControllerContext, ControllerMetrics, HealthRegistry,
+    };
+    let context = ControllerContext {
+        client: client.clone(),
+        event_client: client,
+        cloud: std::sync::Arc::new(cloud),
+        config: std::sync::Arc::new(ControllerConfig::default()),
+        metrics: ControllerMetrics::register(&mut prometheus_client::registry::Registry::default()),
+        health: HealthRegistry::new(),
+        identity: "provider-controller-test_0".into(),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(cloud_controllers::run_with_provider_controllers(
+        context,
+        &[],
+        vec![controller],
+        shutdown.clone(),
+    ));
+    shutdown
+}
+
+/// Waits up to 20 s for `check`, failing the test naming `what`.
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
