@@ -905,9 +905,14 @@ impl RealNodeInitialization {
 }
 
 /// The lifecycle on real kubelets (`realkube up --nodes 2`, `DIFF_REAL_NODES_DIR`): the kubelets register
-/// afresh and are stopped before each run, node-1's machine is gone (terminated) and node-2's stopped. Once
-/// kube-controller-manager's node controller finds them NotReady, each CCM deletes node-1 (uninitialized:
-/// its machine never answered) and taints node-2 shut down.
+/// afresh, become Ready and are stopped before each run; node-1's machine is gone (terminated) and node-2's
+/// stopped. Each CCM deletes node-1 (uninitialized: its machine never answered) and taints node-2 shut down
+/// once it is NotReady; the run ends when kube-controller-manager's node controller has also marked node-2
+/// unreachable, so both runs are compared in the same settled state.
+/// The taint kube-controller-manager's node controller puts on a node whose kubelet stopped posting (once
+/// NoSchedule, once NoExecute).
+const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
 struct RealNodeLifecycle {
     cluster: ccm_e2e::real_nodes::RealCluster,
 }
@@ -931,9 +936,16 @@ impl Scenario for RealNodeLifecycle {
             self.cluster.stop_kubelet(&name).await?;
             self.cluster.start_kubelet(&name).await?;
         }
-        wait_nodes(&client, "the kubelets registered again", |nodes| {
-            nodes.len() == 2 && nodes.iter().all(|n| has_taint(n, UNINITIALIZED_TAINT))
-        })
+        wait_nodes(
+            &client,
+            "the kubelets registered again and Ready",
+            |nodes| {
+                nodes.len() == 2
+                    && nodes
+                        .iter()
+                        .all(|n| has_taint(n, UNINITIALIZED_TAINT) && is_ready(n))
+            },
+        )
         .await?;
         for index in 1..=2 {
             let name = ccm_e2e::real_nodes::node_name(index);
@@ -945,10 +957,18 @@ impl Scenario for RealNodeLifecycle {
     async fn during(&self, client: Client) -> Result<(), HarnessError> {
         wait_nodes(
             &client,
-            "node-1 deleted and node-2 tainted shut down",
+            "node-1 deleted, node-2 tainted shut down and unreachable",
             |nodes| {
                 node(nodes, "node-1").is_none()
-                    && node(nodes, "node-2").is_some_and(|n| has_taint(n, SHUTDOWN_TAINT))
+                    && node(nodes, "node-2").is_some_and(|n| {
+                        has_taint(n, SHUTDOWN_TAINT)
+                            && taint_keys(n)
+                                .iter()
+                                .filter(|key| key.as_str() == UNREACHABLE_TAINT)
+                                .count()
+                                == 2
+                            && condition(n, "Ready").is_some_and(|c| c.status == "Unknown")
+                    })
             },
         )
         .await
