@@ -214,7 +214,8 @@ impl ExternalClient {
         Ok(client)
     }
 
-    /// `GET url` from the client (curl, 3 s timeout): the body, or `None` when nothing answered.
+    /// `GET url` from the client (curl, 3 s timeout): the body, or `None` when nothing answered (or an
+    /// HTTP error).
     pub fn get(&self, url: &str) -> Option<String> {
         curl(
             Command::new("ip").args(["netns", "exec", &self.namespace, "curl"]),
@@ -234,15 +235,16 @@ impl Drop for ExternalClient {
     }
 }
 
-/// `GET url` from the host (curl, 3 s timeout): the body, or `None` when nothing answered.
+/// `GET url` from the host (curl, 3 s timeout): the body, or `None` when nothing answered (or an HTTP
+/// error).
 pub fn host_get(url: &str) -> Option<String> {
     curl(&mut Command::new("curl"), url)
 }
 
 /// Runs `curl` (the command given, to which the arguments are added) for `url` with a 3 s timeout: the
-/// body, or `None` when nothing answered.
+/// body, or `None` when nothing answered or the answer was an HTTP error.
 fn curl(command: &mut Command, url: &str) -> Option<String> {
-    let output = command.args(["-s", "-m", "3", url]).output().ok()?;
+    let output = command.args(["-s", "-f", "-m", "3", url]).output().ok()?;
     output
         .status
         .success()
