@@ -50,13 +50,14 @@ UPSTREAM_AWS_CCM="$upstream_aws" \
   "$cargo" test --workspace $features --locked --test upstream_flag_set -- --ignored
 
 echo "--- upstream: the differential controller suite (upstream $("$upstream" --version 2>&1 | head -n 1))"
-# The scenarios share the cluster: one at a time.
+# The scenarios share the cluster: one at a time. Those on real nodes run in hack/realkube/test-nodes.sh.
 # shellcheck disable=SC2086 # FEATURES is a list of flags
 DIFF_KUBECONFIG="$dir/admin.kubeconfig" \
 DIFF_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 DIFF_UPSTREAM_CCM="$upstream" \
 DIFF_LOG_DIR="$logs" \
-  "$cargo" test --workspace $features --locked --test differential -- --ignored --test-threads=1 --nocapture
+  "$cargo" test --workspace $features --locked --test differential -- --ignored --test-threads=1 --nocapture \
+    --skip real_node_
 
 echo "--- upstream: the AWS peer tests (upstream $("$upstream_aws" --version 2>&1 | head -n 1) against moto)"
 # A control plane of their own: the differential suite's Nodes must not become load-balancer backends.
