@@ -234,6 +234,7 @@ func runDown(args []string) error {
 		fmt.Printf("realkube: no cluster runs in %s\n", l.dir)
 	}
 	_ = os.Remove(l.pidFile())
+	releaseStaleNodesLock()
 	// The supervisor restores the host when its nodes stop; if it could not (killed, or the machine
 	// restarted under it), do it here. Either way, what still differs from the capture is an error.
 	if errs := restoreFromCapture(l); len(errs) > 0 {

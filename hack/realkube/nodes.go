@@ -438,15 +438,30 @@ func killShims(socket string) {
 }
 
 func takeNodesLock() error {
-	if data, err := os.ReadFile(nodesLock); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && processAlive(pid) {
-			return fmt.Errorf("another realkube with nodes runs (pid %d, %s): one per host", pid, nodesLock)
-		}
+	if pid, alive := nodesLockHolder(); alive {
+		return fmt.Errorf("another realkube with nodes runs (pid %d, %s): one per host", pid, nodesLock)
 	}
 	return os.WriteFile(nodesLock, []byte(strconv.Itoa(os.Getpid())), 0o644)
 }
 
+// nodesLockHolder is the process named in the lock, and whether it runs.
+func nodesLockHolder() (int, bool) {
+	data, err := os.ReadFile(nodesLock)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid, err == nil && processAlive(pid)
+}
+
 func releaseNodesLock() { _ = os.Remove(nodesLock) }
+
+// releaseStaleNodesLock removes the lock of a supervisor that died without releasing it.
+func releaseStaleNodesLock() {
+	if _, alive := nodesLockHolder(); !alive {
+		releaseNodesLock()
+	}
+}
 
 // kubeletConfig is the node's KubeletConfiguration: cgroupfs under /NAME, listening on the node's address,
 // webhook authentication and authorization, no swap or cgroup v1 refusal, eviction thresholds a test host
