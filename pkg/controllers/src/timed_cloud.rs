@@ -245,10 +245,7 @@ impl InstancesV2 for TimedCloud {
                     )
                     .await
             }
-            Err(_) => nodes
-                .iter()
-                .map(|_| Err(CloudError::NotImplemented))
-                .collect(),
+            Err(_) => not_implemented_for_each(nodes.len()),
         }
     }
 
@@ -259,10 +256,7 @@ impl InstancesV2 for TimedCloud {
                     .run_bulk("instance_states", nodes.len(), v2.instance_states(nodes))
                     .await
             }
-            Err(_) => nodes
-                .iter()
-                .map(|_| Err(CloudError::NotImplemented))
-                .collect(),
+            Err(_) => not_implemented_for_each(nodes.len()),
         }
     }
 }
@@ -449,10 +443,7 @@ impl ResourceTagger for TimedCloud {
                     )
                     .await
             }
-            Err(_) => nodes
-                .iter()
-                .map(|_| Err(CloudError::NotImplemented))
-                .collect(),
+            Err(_) => not_implemented_for_each(nodes.len()),
         }
     }
 
@@ -472,12 +463,16 @@ impl ResourceTagger for TimedCloud {
                     )
                     .await
             }
-            Err(_) => nodes
-                .iter()
-                .map(|_| Err(CloudError::NotImplemented))
-                .collect(),
+            Err(_) => not_implemented_for_each(nodes.len()),
         }
     }
+}
+
+/// `NotImplemented` for each of `count` objects of a bulk call the provider lacks the capability for.
+fn not_implemented_for_each<T>(count: usize) -> Vec<Result<T>> {
+    (0..count)
+        .map(|_| Err(CloudError::NotImplemented))
+        .collect()
 }
 
 #[cfg(test)]
