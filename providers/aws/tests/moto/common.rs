@@ -178,7 +178,8 @@ fn tag(k: &str, v: &str) -> Tag {
     Tag::builder().key(k).value(v).build()
 }
 
-fn tags_for(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
+/// A tag specification of `resource` with `tags`.
+pub fn tags_for(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
         .set_tags(Some(tags.iter().map(|(k, v)| tag(k, v)).collect()))

@@ -411,17 +411,10 @@ async fn topology_lookups_take_100_instances_per_call() {
         .min_count(120)
         .max_count(120)
         .subnet_id(&world.private_subnets[0].0)
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key(&world.cluster_tag)
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        )
+        .tag_specifications(crate::common::tags_for(
+            aws_sdk_ec2::types::ResourceType::Instance,
+            &[(&world.cluster_tag, "owned")],
+        ))
         .send()
         .await
         .expect("run instances");

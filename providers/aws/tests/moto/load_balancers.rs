@@ -866,17 +866,10 @@ async fn targets_register_and_deregister_in_chunks_of_100() {
         .min_count(105)
         .max_count(105)
         .subnet_id(&world.private_subnets[0].0)
-        .tag_specifications(
-            aws_sdk_ec2::types::TagSpecification::builder()
-                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key(&world.cluster_tag)
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        )
+        .tag_specifications(crate::common::tags_for(
+            aws_sdk_ec2::types::ResourceType::Instance,
+            &[(&world.cluster_tag, "owned")],
+        ))
         .security_group_ids(&world.node_sg)
         .send()
         .await
