@@ -2,7 +2,8 @@
 # The suites that run against a real Kubernetes control plane (hack/realkube): the API server's conformance
 # suite (test/apiserver/tests/conformance.rs, unchanged) and its kubectl test (tests/kubectl.rs, with the kubectl
 # built beside the control plane), and the end-to-end suite (test/e2e) with the CCM running as the
-# ServiceAccount of deploy/base/rbac.yaml under the shipped RBAC, leader failover included; then
+# ServiceAccount of deploy/base/rbac.yaml under the shipped RBAC, leader failover included; the admission
+# webhook of every provider (cmd/cloud-controller-manager/tests/admission_webhook.rs); then
 # the end-to-end suite again under the RBAC upstream publishes for its CCM (test/e2e/upstream-rbac.yaml).
 #
 #   hack/realkube/test.sh          build (cached), start, test, stop
@@ -48,6 +49,11 @@ E2E_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" 
 E2E_CCM_KUBECONFIG="$dir/cloud-controller-manager.kubeconfig" \
 E2E_AUDIT_LOG="$dir/audit.log" \
   "$cargo" test --workspace $features --locked --test e2e -- --nocapture
+
+echo "--- realkube: the lb-service admission webhook of every provider, registered with the real API server"
+# shellcheck disable=SC2086
+ADMISSION_KUBECONFIG="$dir/admin.kubeconfig" KUBECTL="$(dirname "$realkube")/kubectl" \
+  "$cargo" test --workspace $features --locked --test admission_webhook -- --ignored --nocapture
 
 # A cluster that keeps the RBAC of the upstream CCM it ran before must keep working. That role has no
 # system:auth-delegator binding, so /metrics (read by the suite to find the leader) is served without

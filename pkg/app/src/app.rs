@@ -6,6 +6,7 @@
 //! Shutdown: SIGTERM or SIGINT cancels the controllers, waits for them, releases the Lease (so a standby
 //! takes over at once) and exits 0. Losing the Lease exits 1 at once.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,10 @@ use crate::serving::health::HealthChecks;
 use crate::serving::process_metrics::ProcessCollector;
 use crate::serving::tls::{self, TlsError};
 use crate::serving::{self, ServeError, ServingState, profiles};
-use crate::validation::{AppConfig, AuthenticationSettings, CertChoice, ServingSettings};
+use crate::validation::{
+    AppConfig, AuthenticationSettings, CertChoice, ServingSettings, WebhookServing,
+};
+use crate::webhook::{LB_SERVICE_PATH, LbServiceWebhook, WebhookMetrics};
 
 /// How long the API server may stay unreachable after leadership is won before the daemon gives up.
 pub const API_SERVER_WAIT: Duration = Duration::from_secs(60);
@@ -368,8 +372,13 @@ pub async fn run_until(
         Some(le) => LeaderStatus::new(&le.name, le.lease_duration.get() + LEADER_HEALTH_TOLERANCE),
         None => LeaderStatus::disabled(),
     };
-    let (metrics_registry, controller_metrics) =
+    let (mut metrics_registry, controller_metrics) =
         metrics_registry(&leader_status, cloud.as_ref(), &config.build_info);
+    let webhook_metrics = config
+        .webhook
+        .serving
+        .as_ref()
+        .map(|_| WebhookMetrics::register(&mut metrics_registry));
     let health = HealthRegistry::default();
 
     // Serving.
@@ -386,6 +395,22 @@ pub async fn run_until(
             configz: config.configz.clone(),
         };
         start_serving(settings, &kube_config, state, serving_stop.clone()).await?;
+    }
+    if let (Some(settings), Some(metrics)) = (&config.webhook.serving, webhook_metrics) {
+        let cluster_name = config.controller_config.cluster_name.clone();
+        match LbServiceWebhook::new(cloud.clone(), cluster_name, metrics) {
+            Some(webhook) => start_webhooks(settings, webhook, serving_stop.clone()).await?,
+            None => tracing::warn!(
+                provider = %config.cloud_provider,
+                "the lb-service webhook is enabled but the cloud provider has no admission checks; not serving it"
+            ),
+        }
+    } else if !config.webhook.enabled.is_empty() {
+        tracing::info!(
+            webhooks = ?config.webhook.enabled,
+            "webhooks are enabled but not served: the CloudControllerManagerWebhook feature gate is off or \
+             --webhook-secure-port is 0"
+        );
     }
 
     // Leader migration: part of the controllers run under a second Lease.
@@ -846,6 +871,59 @@ async fn start_serving(
     Ok(())
 }
 
+/// Binds and spawns the webhook endpoint.
+async fn start_webhooks(
+    settings: &WebhookServing,
+    webhook: LbServiceWebhook,
+    stop: CancellationToken,
+) -> Result<(), AppError> {
+    let cert = cert_source(
+        &settings.cert,
+        "cloud-controller-manager-webhook",
+        settings.address.ip(),
+    )?;
+    let tls = ServerTls::new(TlsMaterial {
+        cert,
+        settings: settings.tls.clone(),
+        client_cas: Vec::new(),
+        proxy_cas: Vec::new(),
+        uid_from_certificates: false,
+    })?;
+    let listener = serving::bind(settings.address, false, false).await?;
+    let address = listener.local_addr().unwrap_or(settings.address);
+    tracing::info!(%address, path = LB_SERVICE_PATH, "serving the lb-service admission webhook over HTTPS");
+    serving::spawn(
+        listener,
+        Arc::new(tls),
+        0,
+        crate::webhook::router(Arc::new(webhook)),
+        stop,
+    )?;
+    Ok(())
+}
+
+/// Where an endpoint's certificate comes from: the flags' files, the pair `pair_name` in the certificate
+/// directory (generated there when missing), or a self-signed one made in memory.
+fn cert_source(choice: &CertChoice, pair_name: &str, bind: IpAddr) -> Result<CertSource, AppError> {
+    Ok(match choice {
+        CertChoice::Files { cert, key } => CertSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        CertChoice::Dir(dir) => {
+            let (cert, key) = tls::cert_dir_files(dir, pair_name, bind)?;
+            CertSource::Files { cert, key }
+        }
+        CertChoice::InMemory => {
+            tracing::info!(
+                pair_name,
+                "generated a self-signed serving certificate in memory"
+            );
+            CertSource::InMemory(tls::self_signed(bind)?)
+        }
+    })
+}
+
 /// The cluster's `extension-apiserver-authentication` settings, unless `--authentication-skip-lookup`; a
 /// failed lookup stops the start-up unless `--authentication-tolerate-lookup-failure`.
 async fn cluster_authentication(
@@ -882,21 +960,11 @@ fn tls_material(
     AppError,
 > {
     let authn = &settings.authentication;
-    let cert = match &settings.cert {
-        CertChoice::Files { cert, key } => CertSource::Files {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
-        CertChoice::Dir(dir) => {
-            let (cert, key) =
-                tls::cert_dir_files(dir, "cloud-controller-manager", settings.address.ip())?;
-            CertSource::Files { cert, key }
-        }
-        CertChoice::InMemory => {
-            tracing::info!("generated a self-signed serving certificate in memory");
-            CertSource::InMemory(tls::self_signed(settings.address.ip())?)
-        }
-    };
+    let cert = cert_source(
+        &settings.cert,
+        "cloud-controller-manager",
+        settings.address.ip(),
+    )?;
     let cluster = cluster.unwrap_or_default();
     let client_cas = match (&authn.client_ca_file, cluster.client_ca) {
         (Some(file), _) => vec![CaSource::File(file.clone())],

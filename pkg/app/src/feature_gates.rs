@@ -84,7 +84,7 @@ pub const READ_GATES: &[(&str, &str)] = &[
     ),
     (
         CLOUD_CONTROLLER_MANAGER_WEBHOOK,
-        "serves the webhooks --webhooks enables (the providers compiled in register none)",
+        "serves the webhooks --webhooks enables on --webhook-secure-port (lb-service: admission of LoadBalancer Services)",
     ),
 ];
 

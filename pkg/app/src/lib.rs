@@ -41,6 +41,7 @@ pub mod rest_client_metrics;
 pub mod service_accounts;
 pub mod serving;
 pub mod validation;
+pub mod webhook;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

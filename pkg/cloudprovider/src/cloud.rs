@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::{
     Clusters, Instances, InstancesV2, LoadBalancer, MutationGate, ProviderController, PvLabeler,
-    ResourceTagger, Result, Routes, Zones,
+    ResourceTagger, Result, Routes, ServiceAdmission, Zones,
 };
 
 /// A cloud provider: the entry point the controller manager gets from the [`Registry`](crate::Registry).
@@ -26,6 +26,11 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// Load balancers for `type: LoadBalancer` Services.
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        None
+    }
+
+    /// Admission checks of LoadBalancer Services (the `lb-service` webhook, see [`crate::admission`]).
+    fn service_admission(&self) -> Option<&dyn ServiceAdmission> {
         None
     }
 

@@ -112,6 +112,7 @@
 //! assert!(cloud.load_balancer().is_none());
 //! ```
 
+pub mod admission;
 pub mod annotations;
 pub mod cloud;
 pub mod cloud_config_yaml;
@@ -130,6 +131,7 @@ pub mod routes;
 pub mod well_known;
 pub mod zones;
 
+pub use admission::{ServiceAdmission, Verdict};
 pub use cloud::CloudProvider;
 pub use clusters::Clusters;
 pub use controller::{ControllerContext, ControllerInfo, ProviderController, ServiceWatch};

@@ -8,7 +8,7 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_ec2::config::SharedHttpClient;
 use aws_sdk_ec2::types::Filter;
 use cloud_provider::{
-    CloudProvider, Instances, InstancesV2, LoadBalancer, PvLabeler, Routes, Zones,
+    CloudProvider, Instances, InstancesV2, LoadBalancer, PvLabeler, Routes, ServiceAdmission, Zones,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -318,6 +318,10 @@ impl CloudProvider for AwsCloud {
     }
 
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+
+    fn service_admission(&self) -> Option<&dyn ServiceAdmission> {
         Some(self)
     }
 

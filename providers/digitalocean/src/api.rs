@@ -320,6 +320,9 @@ pub struct LoadBalancerRequest {
     /// The VPC subnet UUID.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub subnet_uuid: String,
+    /// Only validate the request: nothing is created or changed (the admission webhook's check).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub validate_only: bool,
 }
 
 /// A TLS certificate (`{"certificate": {...}}`).

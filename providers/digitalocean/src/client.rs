@@ -421,6 +421,21 @@ impl DoClient {
             .map(|_| ())
     }
 
+    /// A write the API only validates (the body asks `validate_only`): nothing changes in the cloud, so it
+    /// does not pass the mutation gate. Returns the HTTP status of the answer.
+    pub async fn validate_only<B: Serialize>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> Result<u16, ApiError> {
+        let bytes = encode(&method, path, body)?;
+        let url = self.url(path)?;
+        let answer = self.send_counted(op, method, url, Some(bytes)).await?;
+        Ok(answer.status)
+    }
+
     /// `DELETE path`.
     pub async fn delete(&self, op: &'static str, path: &str) -> Result<(), ApiError> {
         let url = self.url(path)?;
@@ -435,12 +450,9 @@ impl DoClient {
         path: &str,
         body: &B,
     ) -> Result<Response, ApiError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| ApiError::Decode {
-            request: describe(&method, path),
-            message: format!("cannot encode the request: {e}"),
-        })?;
+        let bytes = encode(&method, path, body)?;
         let url = self.url(path)?;
-        self.send(op, method, url, Some(bytes.into())).await
+        self.send(op, method, url, Some(bytes)).await
     }
 
     /// Fetches a metadata-service document (plain text, no credentials sent).
@@ -474,7 +486,7 @@ impl DoClient {
         Ok(text.trim().to_string())
     }
 
-    /// Sends one call, with rate limiting and retries.
+    /// Sends one call through the mutation gate, with rate limiting and retries.
     async fn send(
         &self,
         op: &'static str,
@@ -482,10 +494,21 @@ impl DoClient {
         url: Url,
         body: Option<bytes::Bytes>,
     ) -> Result<Response, ApiError> {
+        let request = describe(&method, url.path());
+        self.pass_gate(&method, request, body.as_deref())?;
+        self.send_counted(op, method, url, body).await
+    }
+
+    /// Sends one call, with rate limiting and retries; a failure is counted.
+    async fn send_counted(
+        &self,
+        op: &'static str,
+        method: Method,
+        url: Url,
+        body: Option<bytes::Bytes>,
+    ) -> Result<Response, ApiError> {
         let result = self.send_with_retries(op, method, url, body).await;
-        if let Err(err) = &result
-            && !matches!(err, ApiError::DryRun { .. })
-        {
+        if result.is_err() {
             self.inner
                 .metrics
                 .errors
@@ -507,7 +530,6 @@ impl DoClient {
     ) -> Result<Response, ApiError> {
         let inner = &self.inner;
         let request = describe(&method, url.path());
-        self.pass_gate(&method, request.clone(), body.as_deref())?;
         let mut attempt: u32 = 0;
         loop {
             if let Some(limiter) = &inner.limiter {
@@ -689,6 +711,16 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The JSON body of a `method path` call.
+fn encode<B: Serialize>(method: &Method, path: &str, body: &B) -> Result<bytes::Bytes, ApiError> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| ApiError::Decode {
+            request: describe(method, path),
+            message: format!("cannot encode the request: {e}"),
+        })
 }
 
 /// How long a 429 response asks to wait: `Retry-After` (seconds or an HTTP date), else `RateLimit-Reset`

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cloud_provider::{
     BoxError, CloudError, CloudProvider, InstancesV2, LoadBalancer as LoadBalancerCapability,
-    MutationGate, ProviderController, PvLabeler, Result,
+    MutationGate, ProviderController, PvLabeler, Result, ServiceAdmission,
 };
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
@@ -219,6 +219,10 @@ impl CloudProvider for DigitalOceanCloud {
     }
 
     fn load_balancer(&self) -> Option<&dyn LoadBalancerCapability> {
+        Some(self)
+    }
+
+    fn service_admission(&self) -> Option<&dyn ServiceAdmission> {
         Some(self)
     }
 

@@ -136,6 +136,7 @@ impl LbSpec {
             network_stack: self.network_stack.to_string(),
             ip: ip.unwrap_or_default(),
             subnet_uuid: self.subnet_uuid.clone(),
+            validate_only: false,
         }
     }
 
@@ -185,6 +186,26 @@ pub fn build_spec(
     nodes: &NodeSelection<'_>,
     certificate_id: &str,
 ) -> Result<LbSpec, SpecError> {
+    spec_of(service, lb_type, Some(nodes), certificate_id)
+}
+
+/// The spec as [`build_spec`] builds it from the Service alone, as upstream's admission server does: no
+/// check of the backends, and the network stack defaulted as for nodes of unknown families.
+pub fn build_spec_without_nodes(
+    service: &Service,
+    lb_type: LbType,
+    certificate_id: &str,
+) -> Result<LbSpec, SpecError> {
+    spec_of(service, lb_type, None, certificate_id)
+}
+
+/// [`build_spec`], with the backend checks only when `nodes` are known.
+fn spec_of(
+    service: &Service,
+    lb_type: LbType,
+    nodes: Option<&NodeSelection<'_>>,
+    certificate_id: &str,
+) -> Result<LbSpec, SpecError> {
     let a = Annotations::of(service);
     let ports = service
         .spec
@@ -195,8 +216,11 @@ pub fn build_spec(
         return Err(invalid("spec.ports", "the Service has no ports").into());
     }
     let network = network(service)?;
-    check_backends(nodes, lb_type, network)?;
-    let network_stack = network_stack(service, lb_type, network, nodes)?;
+    let unknown = NodeSelection::default();
+    if let Some(nodes) = nodes {
+        check_backends(nodes, lb_type, network)?;
+    }
+    let network_stack = network_stack(service, lb_type, network, nodes.unwrap_or(&unknown))?;
     let forwarding_rules = match lb_type {
         LbType::RegionalNetwork => network_rules(ports)?,
         LbType::Regional => regional_rules(&a, ports, certificate_id)?,

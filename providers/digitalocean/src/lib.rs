@@ -36,6 +36,7 @@
 //! assert!(err.to_string().contains("DO_ACCESS_TOKEN"));
 //! ```
 
+pub mod admission;
 pub mod annotation_table;
 pub mod annotations;
 pub mod api;

@@ -64,6 +64,11 @@ impl From<SpecError> for CloudError {
 }
 
 /// An API error with what was being done; rate limits stay retries for the controller.
+/// The error of a `certificate-name` annotation naming no certificate.
+pub(crate) fn certificate_not_found(name: &str) -> CloudError {
+    CloudError::provider(format!("certificate with name {name:?} not found"))
+}
+
 fn api_error(context: impl Into<String>) -> impl FnOnce(ApiError) -> CloudError {
     move |e| match e {
         ApiError::RateLimited { .. } => e.into(),
@@ -251,6 +256,13 @@ impl DigitalOceanCloud {
 
     /// The certificate named `name` (`GET /v2/certificates?name=`), as upstream looks it up.
     async fn certificate_by_name(&self, name: &str) -> Result<Certificate> {
+        self.find_certificate_by_name(name)
+            .await?
+            .ok_or_else(|| certificate_not_found(name))
+    }
+
+    /// The certificate named `name`, `None` when there is none; an error when the API did not answer.
+    pub(crate) async fn find_certificate_by_name(&self, name: &str) -> Result<Option<Certificate>> {
         let found: Vec<Certificate> = self
             .client
             .list(
@@ -263,13 +275,9 @@ impl DigitalOceanCloud {
             .map_err(api_error(format!(
                 "failed to get certificate by name {name:?}"
             )))?;
-        found.into_iter().find(|c| c.name == name).ok_or_else(|| {
-            CloudError::provider(format!("certificate with name {name:?} not found"))
-        })
+        Ok(found.into_iter().find(|c| c.name == name))
     }
 
-    /// The Service's certificate: `certificate-id`, else the UUID of the one named `certificate-name`;
-    /// empty when it names none.
     async fn service_certificate_id(&self, service: &Service) -> Result<String> {
         if let Some(id) = certificate_id(service) {
             return Ok(id.to_string());
@@ -353,7 +361,7 @@ impl DigitalOceanCloud {
     }
 
     /// Where the load balancer lives, and its backends.
-    fn placement(&self, droplet_ids: Vec<u64>) -> Result<Placement> {
+    pub(crate) fn placement(&self, droplet_ids: Vec<u64>) -> Result<Placement> {
         Ok(Placement {
             region: self.region_for_load_balancers()?,
             vpc_uuid: self.config.cluster_vpc_id.clone().unwrap_or_default(),

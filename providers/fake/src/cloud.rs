@@ -8,7 +8,7 @@ use std::time::Duration;
 use cloud_provider::{
     CloudError, CloudProvider, Clusters, InstanceMetadata, InstanceState, Instances, InstancesV2,
     LoadBalancer, MutationGate, ProviderId, PvLabeler, ResourceTagger, Result, Route, Routes,
-    TagOutcome, Zone, Zones, well_known,
+    ServiceAdmission, TagOutcome, Verdict, Zone, Zones, well_known,
 };
 use k8s_openapi::api::core::v1::{
     LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service,
@@ -270,6 +270,9 @@ impl CloudProvider for FakeCloud {
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
         Some(self)
     }
+    fn service_admission(&self) -> Option<&dyn ServiceAdmission> {
+        Some(self)
+    }
     fn instances(&self) -> Option<&dyn Instances> {
         Some(self)
     }
@@ -508,6 +511,20 @@ impl LoadBalancer for FakeCloud {
         })
         .await?;
         self.shared.state.lock().delete_lb(service)
+    }
+}
+
+#[async_trait::async_trait]
+impl ServiceAdmission for FakeCloud {
+    /// The checks `ensure_load_balancer` makes before it changes anything; no fault or latency applies
+    /// (the webhook is not a cloud call).
+    async fn admit_service(
+        &self,
+        _cluster_name: &str,
+        service: &Service,
+        _old: Option<&Service>,
+    ) -> Verdict {
+        Verdict::from_check(self.shared.state.lock().check_lb(service))
     }
 }
 

@@ -264,6 +264,19 @@ pub struct LoadBalancerConfig {
     /// Instead of `nodes`: the index of the backend list in `loadBalancerNodeSets`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_set: Option<usize>,
+    /// The PROXY protocol version sent to the backends (none: plain TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// A PROXY protocol version a load balancer speaks to its backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    /// The text header of version 1.
+    V1,
+    /// The binary header of version 2.
+    V2,
 }
 
 impl LoadBalancerConfig {

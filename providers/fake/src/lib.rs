@@ -24,7 +24,7 @@
 //!
 //! All state sits behind one mutex and every listing is sorted, so the cloud is thread-safe and deterministic.
 //!
-//! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `state` → `config` → `faults`,
+//! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `state` → `service_annotations` → `config` → `faults`,
 //! `pool`, `latency` (a module uses only those to its right).
 //!
 //! ```
@@ -45,6 +45,7 @@ mod control;
 mod faults;
 mod latency;
 mod pool;
+mod service_annotations;
 mod shared;
 mod state;
 
@@ -57,11 +58,13 @@ pub use cloud::{FakeCloud, TAGGED_LABEL, provider_id_of};
 pub use config::{
     AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER,
     DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,
-    LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig, VolumeConfig,
+    LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, ProxyProtocol, RouteConfig,
+    VolumeConfig,
 };
 pub use control::FakeControl;
 pub use faults::{ALL_OPERATIONS, FaultKind, FaultSpec, NOT_FOUND_OPERATIONS, OPERATIONS};
 pub use pool::{Cidr, IpPool, PoolError};
+pub use service_annotations::ANN_PROXY_PROTOCOL;
 pub use state::{
     CloudSnapshot, ControlError, InstanceRecord, LoadBalancerPort, LoadBalancerRecord, PowerState,
     RouteRecord,

@@ -160,8 +160,8 @@ impl IpPool {
         Ok(self.cidr.ip_at(candidate))
     }
 
-    /// Allocates exactly `ip`.
-    pub fn allocate_specific(&mut self, ip: IpAddr) -> Result<IpAddr, PoolError> {
+    /// Whether exactly `ip` could be allocated, without allocating it.
+    pub fn check_specific(&self, ip: IpAddr) -> Result<(), PoolError> {
         let (first, last) = self.cidr.host_range();
         let n = Cidr::to_num(ip);
         if !self.cidr.contains(ip) || n < first || n > last {
@@ -170,9 +170,16 @@ impl IpPool {
                 cidr: self.cidr.to_string(),
             });
         }
-        if !self.allocated.insert(n) {
+        if self.allocated.contains(&n) {
             return Err(PoolError::InUse { ip });
         }
+        Ok(())
+    }
+
+    /// Allocates exactly `ip`.
+    pub fn allocate_specific(&mut self, ip: IpAddr) -> Result<IpAddr, PoolError> {
+        self.check_specific(ip)?;
+        self.allocated.insert(Cidr::to_num(ip));
         Ok(ip)
     }
 

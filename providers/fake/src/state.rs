@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{
     AddressConfig, ConfigError, FakeConfig, InitialState, InstanceConfig, LoadBalancerConfig,
-    LoadBalancerPortConfig, PROVIDER_NAME, RouteConfig, route_name,
+    LoadBalancerPortConfig, PROVIDER_NAME, ProxyProtocol, RouteConfig, route_name,
 };
 use crate::faults::{ALL_OPERATIONS, FaultKind, FaultSpec, Rng, stable_hash, validate_fault};
 use crate::pool::{Cidr, IpPool};
+use crate::service_annotations::{proxy_protocol, requested_ip, service_key};
 
 /// Why a control operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,6 +112,9 @@ pub struct LoadBalancerRecord {
     pub ensure_count: u64,
     /// How many times `update_load_balancer` succeeded for it.
     pub update_count: u64,
+    /// The PROXY protocol version sent to the backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<ProxyProtocol>,
 }
 
 /// A route of the fake cloud.
@@ -304,6 +308,7 @@ impl State {
                     nodes,
                     ensure_count: 0,
                     update_count: 0,
+                    proxy_protocol: lb.proxy_protocol,
                 },
             );
         }
@@ -705,29 +710,24 @@ impl State {
 
     // ---- load balancers ----
 
-    fn service_key(service: &Service) -> String {
-        format!(
-            "{}/{}",
-            service.metadata.namespace.as_deref().unwrap_or("default"),
-            service.metadata.name.as_deref().unwrap_or_default()
-        )
-    }
-
     fn lb_name(service: &Service) -> Result<String, CloudError> {
         match service.metadata.uid.as_deref() {
             Some(uid) if !uid.is_empty() => Ok(default_load_balancer_name(service)),
             _ => Err(CloudError::provider(format!(
                 "service {} has no UID, so its load balancer has no name",
-                Self::service_key(service)
+                service_key(service)
             ))),
         }
     }
 
-    fn status_of(ip: &str) -> LoadBalancerStatus {
+    /// The status of a load balancer on `ip`: `ipMode: Proxy` when it sends the PROXY protocol (clients
+    /// in the cluster must then go through it), else `VIP`.
+    fn status_of(ip: &str, proxy: Option<ProxyProtocol>) -> LoadBalancerStatus {
+        let mode = if proxy.is_some() { "Proxy" } else { "VIP" };
         LoadBalancerStatus {
             ingress: Some(vec![LoadBalancerIngress {
                 ip: Some(ip.to_string()),
-                ip_mode: Some("VIP".to_string()),
+                ip_mode: Some(mode.to_string()),
                 ..Default::default()
             }]),
         }
@@ -769,29 +769,15 @@ impl State {
         self.last_backends.clone()
     }
 
-    fn requested_ip(service: &Service) -> Result<Option<IpAddr>, CloudError> {
-        match service
-            .spec
-            .as_ref()
-            .and_then(|s| s.load_balancer_ip.as_deref())
-            .filter(|s| !s.is_empty())
-        {
-            None => Ok(None),
-            Some(raw) => raw.parse().map(Some).map_err(|_| {
-                CloudError::provider(format!(
-                    "service {} requests loadBalancerIP {raw:?}, which is not an IP address",
-                    Self::service_key(service)
-                ))
-            }),
-        }
-    }
-
     pub(crate) fn get_lb(
         &self,
         service: &Service,
     ) -> Result<Option<LoadBalancerStatus>, CloudError> {
         let name = Self::lb_name(service)?;
-        Ok(self.lbs.get(&name).map(|lb| Self::status_of(&lb.ip)))
+        Ok(self
+            .lbs
+            .get(&name)
+            .map(|lb| Self::status_of(&lb.ip, lb.proxy_protocol)))
     }
 
     pub(crate) fn ensure_lb(
@@ -801,7 +787,8 @@ impl State {
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus, CloudError> {
         let name = Self::lb_name(service)?;
-        let requested = Self::requested_ip(service)?;
+        let requested = requested_ip(service)?;
+        let proxy = proxy_protocol(service)?;
         let pool_err = |e: crate::pool::PoolError| CloudError::provider(e.to_string());
         let ip = match self.lbs.get(&name) {
             Some(lb) => {
@@ -831,29 +818,34 @@ impl State {
             .or_insert_with(|| LoadBalancerRecord {
                 name: name.clone(),
                 cluster: cluster.to_string(),
-                service: Self::service_key(service),
+                service: service_key(service),
                 service_uid: service.metadata.uid.clone().unwrap_or_default(),
                 ip: ip.clone(),
                 ports: Vec::new(),
                 nodes: Arc::from([]),
                 ensure_count: 0,
                 update_count: 0,
+                proxy_protocol: None,
             });
         let backends = self.backends(nodes);
         let record = self.lbs.get_mut(&name).expect("inserted above");
         record.ip = ip.clone();
         record.cluster = cluster.to_string();
-        record.service = Self::service_key(service);
+        record.service = service_key(service);
         record.ports = Self::ports_of(service);
         record.nodes = backends;
+        record.proxy_protocol = proxy;
         record.ensure_count += 1;
-        Ok(Self::status_of(&ip))
+        Ok(Self::status_of(&ip, proxy))
     }
 
     /// Whether `ensure_lb` (or `update_lb`) with these arguments would leave the load balancer as it is.
     pub(crate) fn lb_is_current(&self, cluster: &str, service: &Service, nodes: &[Node]) -> bool {
-        let (Ok(name), Ok(requested)) = (Self::lb_name(service), Self::requested_ip(service))
-        else {
+        let (Ok(name), Ok(requested), Ok(proxy)) = (
+            Self::lb_name(service),
+            requested_ip(service),
+            proxy_protocol(service),
+        ) else {
             return false;
         };
         let Some(lb) = self.lbs.get(&name) else {
@@ -862,12 +854,33 @@ impl State {
         let backends = backend_names(nodes);
         requested.is_none_or(|want| lb.ip.parse().ok() == Some(want))
             && lb.cluster == cluster
-            && lb.service == Self::service_key(service)
+            && lb.service == service_key(service)
             && lb.ports == Self::ports_of(service)
+            && lb.proxy_protocol == proxy
             && backends
                 .iter()
                 .copied()
                 .eq(lb.nodes.iter().map(String::as_str))
+    }
+
+    /// The checks of a Service at admission, with the errors `ensure_lb` would return: the PROXY protocol
+    /// annotation, and a `loadBalancerIP` that is a free host address of the pool (or already the
+    /// Service's own).
+    pub(crate) fn check_lb(&self, service: &Service) -> Result<(), CloudError> {
+        proxy_protocol(service)?;
+        let Some(ip) = requested_ip(service)? else {
+            return Ok(());
+        };
+        let own = Self::lb_name(service)
+            .ok()
+            .and_then(|name| self.lbs.get(&name))
+            .is_some_and(|lb| lb.ip.parse().ok() == Some(ip));
+        if own {
+            return Ok(());
+        }
+        self.pool
+            .check_specific(ip)
+            .map_err(|e| CloudError::provider(e.to_string()))
     }
 
     /// Whether the load balancer of `service` exists.
@@ -884,7 +897,7 @@ impl State {
         if !self.lbs.contains_key(&name) {
             return Err(CloudError::provider(format!(
                 "load balancer {name} of service {} does not exist",
-                Self::service_key(service)
+                service_key(service)
             )));
         }
         let backends = self.backends(nodes);
@@ -1125,6 +1138,7 @@ impl State {
                     None => lb.nodes.to_vec(),
                 },
                 node_set: node_set_of.get(&list_address(&lb.nodes)).copied(),
+                proxy_protocol: lb.proxy_protocol,
             })
             .collect();
         let routes = self

@@ -1,6 +1,6 @@
 //! Fuzz targets over every parser of the daemon that reads outside input: Service annotations of the AWS and
 //! DigitalOcean providers, the providers' cloud-configs, provider IDs, durations and `Retry-After` values,
-//! target-node label lists, and CIDR and IP lists.
+//! target-node label lists, CIDR and IP lists, and the admission reviews of the webhook endpoint.
 //!
 //! Each target is a plain function from arbitrary bytes that runs its parsers and panics when one breaks its
 //! contract: no parser may panic, and a value a parser accepts must round-trip (render it, parse it again, get
@@ -56,6 +56,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "target_node_labels",
         check: targets::target_node_labels::check,
+    },
+    Target {
+        name: "admission_review",
+        check: targets::admission_review::check,
     },
     Target {
         name: "cidr_lists",

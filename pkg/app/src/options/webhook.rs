@@ -11,8 +11,8 @@ use super::values::{NamedCertKey, parse_go_bool, parse_named_cert_key};
 /// Webhooks and their endpoint.
 #[derive(Debug, Clone, Args)]
 pub struct WebhookOptions {
-    /// Webhooks to enable: `*`, `name` or `-name`, as --controllers. The cloud providers compiled in
-    /// register none, as upstream's command: the flags are checked and nothing is served.
+    /// Webhooks to enable: `*`, `name` or `-name`, as --controllers (none without the flag). Known:
+    /// lb-service (admission of LoadBalancer Services). Served with the CloudControllerManagerWebhook gate.
     #[arg(
         long,
         value_name = "NAMES",

@@ -16,7 +16,8 @@ use cloud_controllers::{
 use cloud_provider::RegistryError;
 
 pub use self::serving::{
-    AuthenticationSettings, AuthorizationSettings, CertChoice, ServingSettings, WebhookSettings,
+    AuthenticationSettings, AuthorizationSettings, CertChoice, KNOWN_WEBHOOKS, ServingSettings,
+    WebhookServing, WebhookSettings,
 };
 use crate::build_info::BuildInfo;
 use crate::client::RateLimits;
@@ -96,7 +97,7 @@ pub struct AppConfig {
     pub leader_election: Option<LeaderElectionSettings>,
     /// Serving, or `None` with `--secure-port=0`.
     pub serving: Option<ServingSettings>,
-    /// The webhook flags (checked; the providers compiled in register no webhook).
+    /// The webhooks and their endpoint.
     pub webhook: WebhookSettings,
     /// Logging.
     pub logging: LogSettings,
@@ -135,7 +136,7 @@ pub fn validate(options: &Options, providers: &[String]) -> Result<AppConfig, Va
         None
     };
     let serving = serving::validate_serving(options, &feature_gates, &mut errors);
-    let webhook = serving::validate_webhook(options, &mut errors);
+    let webhook = serving::validate_webhook(options, &feature_gates, &mut errors);
     let logging = LogSettings::from_options(&options.logging, &feature_gates)
         .map_err(|mut problems| errors.append(&mut problems))
         .unwrap_or_default();
@@ -705,8 +706,7 @@ mod tests {
         ),
         (
             &["--webhooks=foo"],
-            "--webhooks: \"foo\" is not in the list of known webhooks (the cloud providers compiled in \
-             register none)",
+            "--webhooks: \"foo\" is not in the list of known webhooks (lb-service)",
         ),
         (
             &["--webhook-secure-port=70000"],

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use super::non_empty_path;
 use crate::feature_gates::{
-    ALLOW_PARSING_USER_UID_FROM_CERT_AUTH, FeatureGates, REMOTE_REQUEST_HEADER_UID,
+    ALLOW_PARSING_USER_UID_FROM_CERT_AUTH, CLOUD_CONTROLLER_MANAGER_WEBHOOK, FeatureGates,
+    REMOTE_REQUEST_HEADER_UID,
 };
 use crate::options::Options;
 use crate::options::values::NamedCertKey;
@@ -89,12 +90,29 @@ pub struct ServingSettings {
     pub authorization: AuthorizationSettings,
 }
 
-/// The webhook flags, checked. Nothing is served: the providers compiled in register no webhook, as
-/// upstream's command registers none.
+/// The webhooks the daemon knows (upstream's command knows none): the admission checks of LoadBalancer
+/// Services, served when the provider has them (see [`crate::webhook`]).
+pub const KNOWN_WEBHOOKS: &[&str] = &[crate::webhook::LB_SERVICE_WEBHOOK];
+
+/// The webhook flags, checked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WebhookSettings {
-    /// `--webhooks`.
-    pub webhooks: Vec<String>,
+    /// The webhooks `--webhooks` enables, by name.
+    pub enabled: Vec<String>,
+    /// Where and how to serve them: `None` when nothing is to be served (no webhook enabled,
+    /// `--webhook-secure-port=0`, or the `CloudControllerManagerWebhook` gate off, as upstream).
+    pub serving: Option<WebhookServing>,
+}
+
+/// The webhook endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookServing {
+    /// `--webhook-bind-address:--webhook-secure-port`.
+    pub address: SocketAddr,
+    /// The certificate's source.
+    pub cert: CertChoice,
+    /// Versions, suites, groups, named certificates, HTTP/2.
+    pub tls: TlsSettings,
 }
 
 /// The TLS flags of one endpoint, by their flag names' prefix (`` or `webhook-`).
@@ -313,22 +331,34 @@ fn validate_authorization(options: &Options, errors: &mut Vec<String>) -> Author
     }
 }
 
-/// The webhook flags: `--webhooks` names known webhooks (there are none, as with upstream's command), and
-/// the endpoint's flags are checked like the secure serving endpoint's.
-pub(super) fn validate_webhook(options: &Options, errors: &mut Vec<String>) -> WebhookSettings {
+/// The webhook flags: `--webhooks` names known webhooks and enables them as `--controllers` does (`*`,
+/// `name`, `-name`; none without the flag, as upstream), and the endpoint's flags are checked like the
+/// secure serving endpoint's.
+pub(super) fn validate_webhook(
+    options: &Options,
+    gates: &FeatureGates,
+    errors: &mut Vec<String>,
+) -> WebhookSettings {
+    let before = errors.len();
     let w = &options.webhook;
-    for entry in &w.webhooks {
-        let name = entry.trim().trim_start_matches('-');
-        if entry.trim() != "*" && !name.is_empty() {
+    let entries: Vec<&str> = w.webhooks.iter().map(|e| e.trim()).collect();
+    for entry in &entries {
+        let name = entry.trim_start_matches('-');
+        if *entry != "*" && !name.is_empty() && !KNOWN_WEBHOOKS.contains(&name) {
             errors.push(format!(
-                "--webhooks: {name:?} is not in the list of known webhooks (the cloud providers compiled \
-                 in register none)"
+                "--webhooks: {name:?} is not in the list of known webhooks ({})",
+                KNOWN_WEBHOOKS.join(", ")
             ));
         }
     }
-    port("webhook-secure-port", w.webhook_secure_port, errors);
-    ip("webhook-bind-address", &w.webhook_bind_address, errors);
-    check_tls(
+    let enabled: Vec<String> = KNOWN_WEBHOOKS
+        .iter()
+        .filter(|name| webhook_enabled(name, &entries))
+        .map(|name| name.to_string())
+        .collect();
+    let port = port("webhook-secure-port", w.webhook_secure_port, errors);
+    let ip = ip("webhook-bind-address", &w.webhook_bind_address, errors);
+    let (cert, tls) = check_tls(
         TlsFlags {
             prefix: "webhook-",
             cert: &w.webhook_tls_cert_file,
@@ -342,7 +372,31 @@ pub(super) fn validate_webhook(options: &Options, errors: &mut Vec<String>) -> W
         },
         errors,
     );
-    WebhookSettings {
-        webhooks: w.webhooks.clone(),
+    let gate = gates.enabled(CLOUD_CONTROLLER_MANAGER_WEBHOOK);
+    let serving = match ip {
+        Some(ip) if gate && port != 0 && !enabled.is_empty() && errors.len() == before => {
+            Some(WebhookServing {
+                address: SocketAddr::new(ip, port),
+                cert,
+                tls,
+            })
+        }
+        _ => None,
+    };
+    WebhookSettings { enabled, serving }
+}
+
+/// Whether `--webhooks` enables `name`: named, or `*` without `-name` (no webhook is off by default).
+fn webhook_enabled(name: &str, entries: &[&str]) -> bool {
+    let mut star = false;
+    for entry in entries {
+        if *entry == name {
+            return true;
+        }
+        if entry.strip_prefix('-') == Some(name) {
+            return false;
+        }
+        star |= *entry == "*";
     }
+    star
 }

@@ -10,6 +10,7 @@
 //! cluster tag is never changed. Every lookup the targets, rules or routes depend on must succeed: a failed
 //! one fails the sync before anything is deregistered, revoked or deleted.
 
+mod admission;
 pub mod annotations;
 pub mod classic;
 pub(crate) mod elbv2;

@@ -685,6 +685,12 @@ pub(crate) fn new_load_balancer(st: &mut State, body: Value) -> Value {
     lb
 }
 
+/// Whether a load-balancer request only asks to be validated (`validate_only`): it is checked as a real
+/// one and nothing is stored.
+fn is_validate_only(body: &Value) -> bool {
+    body["validate_only"] == json!(true)
+}
+
 fn create_load_balancer(st: &mut State, body: &[u8]) -> Answer {
     let body = match parse_body(body) {
         Ok(b) => b,
@@ -692,6 +698,9 @@ fn create_load_balancer(st: &mut State, body: &[u8]) -> Answer {
     };
     if let Err(m) = validate(st, &body, None) {
         return Answer::unprocessable(m);
+    }
+    if is_validate_only(&body) {
+        return Answer::json(StatusCode::OK, json!({"load_balancer": complete(body)}));
     }
     let mut lb = new_load_balancer(st, body);
     super::tags::note_created_tags(st, &lb);
@@ -724,6 +733,9 @@ fn update_load_balancer(st: &mut State, id: &str, body: &[u8]) -> Answer {
     };
     if let Err(m) = validate(st, &body, Some(&existing)) {
         return Answer::unprocessable(m);
+    }
+    if is_validate_only(&body) {
+        return Answer::json(StatusCode::OK, json!({"load_balancer": complete(body)}));
     }
     let mut lb = complete(body);
     // Server-owned and creation-only fields stay; tags can only be set at creation.

@@ -213,9 +213,19 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
-    /// True for POST, PUT, PATCH and DELETE.
+    /// True for POST, PUT, PATCH and DELETE, except a load-balancer request that only asks to be
+    /// validated (`validate_only`), which changes nothing.
     pub fn is_mutating(&self) -> bool {
         matches!(self.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+            && !self.is_validate_only()
+    }
+
+    /// True for a request whose body asks only for validation (`"validate_only": true`).
+    pub fn is_validate_only(&self) -> bool {
+        self.body
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<Value>(b).ok())
+            .is_some_and(|b| b["validate_only"] == Value::Bool(true))
     }
 }
 

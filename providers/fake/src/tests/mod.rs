@@ -1,6 +1,7 @@
 //! Behaviour tests of the fake cloud through the provider traits, the control handle and the admin API.
 
 mod admin;
+mod admission;
 mod cloud;
 mod declared;
 

@@ -1,5 +1,6 @@
 //! One module per fuzz target; each exposes `check(&[u8])`.
 
+pub mod admission_review;
 pub mod aws_annotations;
 pub mod aws_cloud_config;
 pub mod cidr_lists;
