@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -254,7 +255,7 @@ async fn register(e: &Env, provider: &str, port: u16) -> String {
             "namespaceSelector": {"matchLabels": {"admission-test": namespace}},
             "clientConfig": {
                 "url": format!("https://127.0.0.1:{port}/lb-service"),
-                "caBundle": base64(ca.as_bytes()),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.as_bytes()),
             },
             "rules": [{
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
@@ -265,28 +266,6 @@ async fn register(e: &Env, provider: &str, port: u16) -> String {
     let (ok, out) = kubectl(e, &["apply", "-f", "-"], &configuration.to_string());
     assert!(ok, "register the webhook: {out}");
     namespace
-}
-
-/// Standard base64 of `bytes`.
-fn base64(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Applies `manifest` and expects a refusal by the webhook whose message contains `expected`; returns

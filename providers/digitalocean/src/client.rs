@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use url::Url;
 
-use crate::api::{ErrorBody, Links};
+use crate::api::{ErrorBody, Links, LoadBalancer};
 use crate::config::{DoConfig, RetryPolicy};
 use crate::metrics::{ApiMetrics, OperationLabels};
 use crate::ratelimit::RateLimiter;
@@ -364,6 +364,17 @@ impl DoClient {
             request,
             message: format!("more than {MAX_PAGES} pages"),
         })
+    }
+
+    /// Every load balancer of the account (`GET /v2/load_balancers`, all pages).
+    pub async fn load_balancers(&self) -> Result<Vec<LoadBalancer>, ApiError> {
+        self.list(
+            "list_load_balancers",
+            "v2/load_balancers",
+            "load_balancers",
+            &[],
+        )
+        .await
     }
 
     /// `POST path` with a JSON body, returning the object under `key`.

@@ -193,15 +193,7 @@ impl DigitalOceanCloud {
                 "the annotated load balancer does not exist; looking it up by name");
         }
         let candidates = load_balancer_name_candidates(service);
-        let all: Vec<LoadBalancer> = self
-            .client
-            .list(
-                "list_load_balancers",
-                "v2/load_balancers",
-                "load_balancers",
-                &[],
-            )
-            .await?;
+        let all = self.client.load_balancers().await?;
         Ok(all.into_iter().find(|lb| candidates.contains(&lb.name)))
     }
 

@@ -184,14 +184,9 @@ impl Tagger {
             tracing::debug!("no LoadBalancer Services: no load balancers to tag");
             return Ok(Vec::new());
         }
-        let all: Vec<LoadBalancer> = self
+        let all = self
             .client
-            .list(
-                "list_load_balancers",
-                "v2/load_balancers",
-                "load_balancers",
-                &[],
-            )
+            .load_balancers()
             .await
             .map_err(|e| api_error("list the load balancers", e))?;
         let untagged = untagged_load_balancers(&owned, &all, &self.tag);

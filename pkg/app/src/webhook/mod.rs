@@ -205,7 +205,7 @@ impl LbServiceWebhook {
 
 /// The Service in a review, if the object is one.
 fn decode_service(object: Option<&serde_json::Value>) -> Option<Service> {
-    serde_json::from_value(object?.clone()).ok()
+    serde::Deserialize::deserialize(object?).ok()
 }
 
 /// Why the service controller leaves `service` alone, if it does.
