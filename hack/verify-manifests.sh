@@ -58,7 +58,8 @@ chart_cases=(
 )
 # Optional components, checked on top of an overlay: component  overlay  RBAC file it adds  argument it adds
 compositions=(
-  "service-account-credentials  kind  deploy/components/service-account-credentials/rbac.yaml  --use-service-account-credentials=true"
+  "service-account-credentials  kind          deploy/components/service-account-credentials/rbac.yaml  --use-service-account-credentials=true"
+  "admission-webhook            digitalocean  -                                                        --webhooks=lb-service"
 )
 
 # --- tools
@@ -168,7 +169,9 @@ EOF
   echo "rendered deploy/overlays/$overlay with deploy/components/$component: $(grep -c '^kind:' "$work/$name.yaml") objects"
   secrets_json="[]"
   [ "$secrets" != - ] && secrets_json="[\"$secrets\"]"
-  specs+=("{\"name\":\"deploy/overlays/$overlay + components/$component\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$base_rbac" "$rbac"),\"external_secrets\":$secrets_json,\"args\":[\"$arg\"]}")
+  webhook=false
+  [ "$arg" = --webhooks=lb-service ] && webhook=true
+  specs+=("{\"name\":\"deploy/overlays/$overlay + components/$component\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$base_rbac" "$rbac"),\"external_secrets\":$secrets_json,\"args\":[\"$arg\"],\"webhook\":$webhook}")
 done
 
 echo "--- the Helm chart"
@@ -195,6 +198,18 @@ name=helm-fake+service-account-credentials
   --set mode=Deployment >"$work/$name.yaml" 2>"$work/error" || fail "helm template ($name) failed: $(cat "$work/error")"
 to_json "$work/$name.yaml" "$work/$name.json"
 specs+=("{\"name\":\"$chart ($name)\",\"rendered\":\"$work/$name.json\",\"provider\":\"fake\",\"mode\":\"deployment\",\"rbac\":$(rbac_specs deploy/components/service-account-credentials/rbac.yaml),\"external_secrets\":[],\"args\":[\"--use-service-account-credentials=true\"]}")
+# The admission webhook, with the made arguments (a DaemonSet) and with given ones (a Deployment).
+name=helm-aws+webhook
+"$helm" template ccm "$chart" --namespace kube-system --set provider=aws --set hostNetworking=true --set webhook.enabled=true \
+  >"$work/$name.yaml" 2>"$work/error" || fail "helm template ($name) failed: $(cat "$work/error")"
+to_json "$work/$name.yaml" "$work/$name.json"
+specs+=("{\"name\":\"$chart ($name)\",\"rendered\":\"$work/$name.json\",\"provider\":\"aws\",\"mode\":\"daemonset\",\"rbac\":$(rbac_specs),\"external_secrets\":[],\"args\":[],\"priority\":\"system-node-critical\",\"webhook\":true}")
+name=helm-fake+webhook
+"$helm" template ccm "$chart" --namespace kube-system --set provider=fake --set-string "cloudConfig=clusterID: helm" \
+  --set 'args={--cloud-provider=fake,--cloud-config=/etc/kubernetes/cloud-config/cloud-config,--leader-elect=true,--secure-port=10258}' \
+  --set mode=Deployment --set webhook.enabled=true >"$work/$name.yaml" 2>"$work/error" || fail "helm template ($name) failed: $(cat "$work/error")"
+to_json "$work/$name.yaml" "$work/$name.json"
+specs+=("{\"name\":\"$chart ($name)\",\"rendered\":\"$work/$name.json\",\"provider\":\"fake\",\"mode\":\"deployment\",\"rbac\":$(rbac_specs),\"external_secrets\":[],\"args\":[],\"webhook\":true}")
 
 # cloud-provider-aws's chart, from the module the AWS peer pins, against this one with the same values.
 aws_module=$(sed -n 's#^[[:space:]]*k8s.io/cloud-provider-aws \(v[0-9.]*\)$#\1#p' hack/upstream/aws/go.mod)
@@ -229,6 +244,16 @@ fi
 if [ -z "$kubeconfig" ]; then
   echo "!!! verify-manifests: no API server: the server-side dry run was NOT made (build target/realkube/bin/realkube with 'make realkube', or set VERIFY_MANIFESTS_KUBECONFIG)" >&2
 else
+  # The webhook's certificate is a cert-manager object: without cert-manager in the cluster its kinds are
+  # registered for the dry run (open schemas; the API server checks the rest of each object), and removed after.
+  cert_manager_kinds=""
+  if ! "$kubectl" --kubeconfig "$kubeconfig" get crd certificates.cert-manager.io >/dev/null 2>&1; then
+    "$kubectl" --kubeconfig "$kubeconfig" apply -f hack/lib/cert-manager-crds.yaml >/dev/null \
+      && "$kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Established --timeout=60s \
+        crd/certificates.cert-manager.io crd/issuers.cert-manager.io >/dev/null \
+      || fail "cannot register cert-manager's kinds for the dry run"
+    cert_manager_kinds=hack/lib/cert-manager-crds.yaml
+  fi
   for rendered in "$work"/*.yaml; do
     name=$(basename "$rendered" .yaml)
     if ! "$kubectl" --kubeconfig "$kubeconfig" apply --dry-run=server --validate=strict -f "$rendered" >"$work/apply.log" 2>&1; then
@@ -237,6 +262,9 @@ else
     fi
     echo "ok   $name: $(wc -l <"$work/apply.log") objects accepted"
   done
+  if [ -n "$cert_manager_kinds" ]; then
+    "$kubectl" --kubeconfig "$kubeconfig" delete -f "$cert_manager_kinds" >/dev/null || fail "cannot remove the cert-manager kinds"
+  fi
   echo "--- helm install and upgrade"
   k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
   h() { "$helm" --kubeconfig "$kubeconfig" "$@"; }

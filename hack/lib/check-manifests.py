@@ -11,7 +11,8 @@ Standard library only.
 where each CASE is a JSON object: {"name", "rendered" (file), "provider", "mode" (deployment or
 daemonset), "rbac" (files whose RBAC objects the overlay must render, no more and no fewer),
 "external_secrets" (Secrets the operator creates), "args" (flags the container must have),
-"priority" (the pods' priority class; default system-cluster-critical)}. The second form checks that
+"priority" (the pods' priority class; default system-cluster-critical), "webhook" (true when the
+lb-service admission webhook must be rendered: its flags, port, Service, registration and certificate)}. The second form checks that
 cloud-provider-aws's chart and this project's, rendered with the same values file, give the same
 workload, pod spec, ServiceAccount and RBAC.
 """
@@ -24,7 +25,11 @@ import sys
 
 WORKLOAD = "cloud-controller-manager"
 NAMESPACE = "kube-system"
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "PriorityClass", "Namespace"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "PriorityClass", "Namespace",
+                  "ValidatingWebhookConfiguration"}
+WEBHOOK_PORT = 10260
+WEBHOOK_ARGS = ["--feature-gates=CloudControllerManagerWebhook=true", "--webhooks=lb-service",
+                f"--webhook-secure-port={WEBHOOK_PORT}"]
 RBAC_KINDS = {"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 COMMON_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service"}
 MODE_KINDS = {
@@ -308,9 +313,14 @@ class Case:
             get = (container.get(probe_name) or {}).get("httpGet") or {}
             if get.get("scheme") != "HTTPS" or get.get("path") != path or get.get("port") not in (10258, "https"):
                 self.fail(f"{where}: {probe_name} should be GET {path} over HTTPS on 10258, found {get}")
-        services = list(by_kind.get("Service", {}).values())
+        services = [s for s in by_kind.get("Service", {}).values()
+                    if not any(p.get("targetPort") == "webhook" for p in (s.get("spec") or {}).get("ports") or [])]
         if len(services) != 1:
             self.fail(f"expected one Service (the metrics Service), found {len(services)}")
+        if self.spec.get("webhook"):
+            self.check_webhook(where, container, labels, by_kind)
+        elif "ValidatingWebhookConfiguration" in by_kind or len(services) != len(by_kind.get("Service", {})):
+            self.fail(f"{where}: a webhook is rendered that the case does not ask for")
         for service in services:
             sspec = service.get("spec") or {}
             sel = sspec.get("selector") or {}
@@ -320,9 +330,63 @@ class Case:
                        for p in sspec.get("ports") or []):
                 self.fail(f"{ident(service)}: expected port 10258 to the pods' https port")
 
+    def check_webhook(self, where, container, labels, by_kind):
+        """The lb-service webhook: flags, port, a Service to it, a registration that calls that Service
+        safely, and the certificate the pods mount."""
+        args = container.get("args") or []
+        for wanted in WEBHOOK_ARGS:
+            if wanted not in args:
+                self.fail(f"{where}: the webhook needs the argument {wanted}")
+        ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+        if ports.get("webhook") != WEBHOOK_PORT:
+            self.fail(f"{where}: expected the container port webhook: {WEBHOOK_PORT}, found {ports}")
+        services = {name: s for name, s in by_kind.get("Service", {}).items()
+                    if any(p.get("targetPort") == "webhook" for p in (s.get("spec") or {}).get("ports") or [])}
+        if len(services) != 1:
+            self.fail(f"expected one Service to the webhook port, found {sorted(services)}")
+            return
+        (service_name, service), = services.items()
+        sel = (service.get("spec") or {}).get("selector") or {}
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            self.fail(f"{ident(service)}: selector {sel} does not select the pods")
+        configurations = list(by_kind.get("ValidatingWebhookConfiguration", {}).values())
+        if len(configurations) != 1:
+            self.fail(f"expected one ValidatingWebhookConfiguration, found {len(configurations)}")
+            return
+        configuration = configurations[0]
+        for hook in configuration.get("webhooks") or []:
+            name = f"{ident(configuration)} {hook.get('name')}"
+            client = (hook.get("clientConfig") or {}).get("service") or {}
+            if (client.get("name"), client.get("namespace"), client.get("path")) != (service_name, NAMESPACE, "/lb-service"):
+                self.fail(f"{name}: calls {client}, not {NAMESPACE}/{service_name} /lb-service")
+            if client.get("port", 443) not in [p.get("port") for p in (service.get("spec") or {}).get("ports") or []]:
+                self.fail(f"{name}: port {client.get('port', 443)} is not a port of {service_name}")
+            for field, value in (("failurePolicy", "Ignore"), ("sideEffects", "None"),
+                                 ("admissionReviewVersions", ["v1"])):
+                if hook.get(field) != value:
+                    self.fail(f"{name}: {field} {hook.get(field)!r}, expected {value!r}")
+            if not 1 <= hook.get("timeoutSeconds", 10) <= 10:
+                self.fail(f"{name}: timeoutSeconds {hook.get('timeoutSeconds')} is not 1 to 10")
+            if not any("services" in (r.get("resources") or []) and set(r.get("operations") or []) == {"CREATE", "UPDATE"}
+                       for r in hook.get("rules") or []):
+                self.fail(f"{name}: no rule for CREATE and UPDATE of services")
+        certificates = by_kind.get("Certificate", {})
+        injected = ((configuration.get("metadata") or {}).get("annotations") or {}).get("cert-manager.io/inject-ca-from")
+        if injected != f"{NAMESPACE}/{next(iter(certificates), '')}" or len(certificates) != 1:
+            self.fail(f"{ident(configuration)}: the CA should come from the one Certificate, found {injected!r}")
+        for certificate in certificates.values():
+            cspec = certificate.get("spec") or {}
+            if f"{service_name}.{NAMESPACE}.svc" not in (cspec.get("dnsNames") or []):
+                self.fail(f"{ident(certificate)}: no DNS name {service_name}.{NAMESPACE}.svc")
+            issuer = (cspec.get("issuerRef") or {}).get("name")
+            if issuer not in by_kind.get("Issuer", {}):
+                self.fail(f"{ident(certificate)}: issuer {issuer!r} is not rendered")
+
     def check_references(self, where, pod, container, by_kind):
         config_maps = by_kind.get("ConfigMap", {})
         secrets = set(by_kind.get("Secret", {})) | set(self.spec.get("external_secrets", []))
+        # The Secrets cert-manager writes.
+        secrets |= {(c.get("spec") or {}).get("secretName") for c in by_kind.get("Certificate", {}).values()}
         volumes = {}
         for volume in pod.get("volumes") or []:
             volumes[volume.get("name")] = volume

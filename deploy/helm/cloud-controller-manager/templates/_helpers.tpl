@@ -51,6 +51,22 @@ k8s-app: {{ include "ccm.name" . }}
 - "--secure-port=10258"
 - "--v=2"
 {{- end -}}
+{{- if .Values.webhook.enabled }}
+- "--feature-gates=CloudControllerManagerWebhook=true"
+- "--webhooks=lb-service"
+- {{ printf "--webhook-secure-port=%v" .Values.webhook.port | quote }}
+- "--webhook-tls-cert-file=/etc/webhook/tls.crt"
+- "--webhook-tls-private-key-file=/etc/webhook/tls.key"
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the webhook's serving certificate. */}}
+{{- define "ccm.webhookSecret" -}}
+{{- if .Values.webhook.certManager.enabled -}}
+{{ include "ccm.name" . }}-webhook-tls
+{{- else -}}
+{{ required "webhook.tlsSecret is required when webhook.certManager.enabled is false" .Values.webhook.tlsSecret }}
+{{- end -}}
 {{- end -}}
 
 {{/* The secure port the arguments give (upstream's default 10258). */}}
