@@ -122,6 +122,7 @@ pub fn router(control: FakeControl) -> Router {
         .route("/instances/{name}", get(get_instance))
         .route("/instances/{name}/{action}", post(post_instance_action))
         .route("/loadbalancers", get(get_load_balancers))
+        .route("/loadbalancers/traffic", get(get_load_balancer_traffic))
         .route("/routes", get(get_routes))
         .route("/calls", get(get_calls).delete(delete_calls))
         .route(
@@ -179,6 +180,10 @@ async fn get_config(State(c): Ctl) -> Response {
             format!("rendering the cloud-config: {e}"),
         ),
     }
+}
+
+async fn get_load_balancer_traffic(State(c): Ctl) -> Response {
+    ok(c.load_balancer_traffic())
 }
 
 async fn get_instances(State(c): Ctl) -> Response {

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use crate::admin::{self, AdminError};
 use crate::config::{ConfigError, FakeConfig, PROVIDER_NAME};
 use crate::control::FakeControl;
+use crate::data_path::DataPath;
 use crate::faults::stable_hash;
 use crate::shared::Shared;
 use crate::state::{Injected, InstanceRecord, PowerState, State};
@@ -57,12 +58,17 @@ impl FakeCloud {
         config.validate()?;
         config.zones = Some(config.effective_zones());
         let state = State::new(&config)?;
+        let data_path = config
+            .data_path
+            .enabled
+            .then(|| DataPath::new(config.data_path.clone()));
         Ok(FakeCloud {
             shared: Arc::new(Shared {
                 config,
                 state: Mutex::new(state),
                 admin: Mutex::new(None),
                 mutations: MutationGate::default(),
+                data_path,
             }),
         })
     }
@@ -467,19 +473,35 @@ impl LoadBalancer for FakeCloud {
         service: &Service,
         nodes: &[Node],
     ) -> Result<LoadBalancerStatus> {
-        let changes = !self
-            .shared
-            .state
-            .lock()
-            .lb_is_current(cluster_name, service, nodes);
+        let (current, address) = {
+            let state = self.shared.state.lock();
+            (
+                state.lb_is_current(cluster_name, service, nodes),
+                state.lb_address(service),
+            )
+        };
+        let changes = !current || !self.data_path_is_current(address, service, nodes)?;
         self.gate_mutation("ensure_load_balancer", changes, || {
             service_and_nodes(service, nodes)
         })
         .await?;
-        self.shared
+        let status = self
+            .shared
             .state
             .lock()
-            .ensure_lb(cluster_name, service, nodes)
+            .ensure_lb(cluster_name, service, nodes)?;
+        if let Some(data_path) = &self.shared.data_path {
+            let address = self
+                .shared
+                .state
+                .lock()
+                .lb_address(service)
+                .ok_or_else(|| CloudError::provider("the load balancer has no address"))?;
+            data_path
+                .apply(data_path.spec(address, service, nodes)?)
+                .await?;
+        }
+        Ok(status)
     }
 
     async fn update_load_balancer(
@@ -492,12 +514,21 @@ impl LoadBalancer for FakeCloud {
             .shared
             .state
             .lock()
-            .lb_is_current(cluster_name, service, nodes);
+            .lb_is_current(cluster_name, service, nodes)
+            || self
+                .shared
+                .data_path
+                .as_ref()
+                .is_some_and(|d| !d.has_backends(service, nodes));
         self.gate_mutation("update_load_balancer", changes, || {
             service_and_nodes(service, nodes)
         })
         .await?;
-        self.shared.state.lock().update_lb(service, nodes)
+        self.shared.state.lock().update_lb(service, nodes)?;
+        if let Some(data_path) = &self.shared.data_path {
+            data_path.update_backends(service, nodes).await?;
+        }
+        Ok(())
     }
 
     async fn ensure_load_balancer_deleted(
@@ -510,7 +541,30 @@ impl LoadBalancer for FakeCloud {
             service_name(service)
         })
         .await?;
-        self.shared.state.lock().delete_lb(service)
+        self.shared.state.lock().delete_lb(service)?;
+        if let Some(data_path) = &self.shared.data_path {
+            data_path.remove(service).await;
+        }
+        Ok(())
+    }
+}
+
+impl FakeCloud {
+    /// Whether the data path (if on) already runs what `service` and `nodes` ask of the load balancer on
+    /// `address`; a Service it cannot carry is an error.
+    fn data_path_is_current(
+        &self,
+        address: Option<std::net::IpAddr>,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<bool> {
+        let Some(data_path) = &self.shared.data_path else {
+            return Ok(true);
+        };
+        Ok(match address {
+            Some(address) => data_path.is_current(&data_path.spec(address, service, nodes)?),
+            None => false,
+        })
     }
 }
 

@@ -163,6 +163,168 @@ pub struct FakeConfig {
     /// with a floor computed from the latency.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub precise_latency: bool,
+    /// Load balancers that carry traffic: `dataPath: true`, or the options of [`DataPathConfig`] (off by
+    /// default: a load balancer is then only a record with an address).
+    #[serde(default, skip_serializing_if = "DataPathConfig::is_off")]
+    pub data_path: DataPathConfig,
+}
+
+/// The pool of ingress addresses when the data path is on and `loadBalancerCIDR` is left at its default:
+/// loopback addresses, which every Linux host has without configuration.
+pub const DEFAULT_DATA_PATH_CIDR: &str = "127.240.0.0/24";
+
+/// The data path of the fake cloud's load balancers: each listens on its ingress address, for each Service
+/// port, and forwards to the backends' `NodeIP:NodePort` (`dataPath: true` for the defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataPathConfig {
+    /// Whether load balancers carry traffic.
+    pub enabled: bool,
+    /// An interface to add each ingress address to (as a /32 or /128, with `ip address add`; needs
+    /// `CAP_NET_ADMIN`) and to remove it from when the load balancer goes. Without one, the addresses must
+    /// already be local: a loopback range, or a pool with a `local` route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// How long connections to a backend that left the load balancer may go on, in seconds (default 30).
+    pub drain_seconds: u64,
+    /// Connections (TCP) and flows (UDP) one load balancer carries at once (default 1024); more are refused.
+    pub max_connections: usize,
+    /// The port of kube-proxy's `/healthz` on every node, which backends of a Service with
+    /// `externalTrafficPolicy: Cluster` are checked on (default 10256); `Local` Services are checked on their
+    /// `healthCheckNodePort`.
+    pub kube_proxy_health_port: u16,
+    /// Time between two health checks of a backend, in milliseconds (default 2000).
+    pub health_check_interval_millis: u64,
+    /// How long a health check may take, in milliseconds (default 1000).
+    pub health_check_timeout_millis: u64,
+    /// Passing checks in a row that make an unhealthy backend healthy (default 1; the first check of a new
+    /// backend decides alone).
+    pub healthy_threshold: u32,
+    /// Failing checks in a row that make a healthy backend unhealthy (default 2).
+    pub unhealthy_threshold: u32,
+    /// How long a UDP flow lives without a datagram, in seconds (default 60).
+    pub udp_idle_seconds: u64,
+}
+
+impl Default for DataPathConfig {
+    fn default() -> Self {
+        DataPathConfig {
+            enabled: false,
+            interface: None,
+            drain_seconds: 30,
+            max_connections: 1024,
+            kube_proxy_health_port: 10256,
+            health_check_interval_millis: 2000,
+            health_check_timeout_millis: 1000,
+            healthy_threshold: 1,
+            unhealthy_threshold: 2,
+            udp_idle_seconds: 60,
+        }
+    }
+}
+
+impl DataPathConfig {
+    fn is_off(&self) -> bool {
+        *self == DataPathConfig::default()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("maxConnections", self.max_connections as u64),
+            (
+                "kubeProxyHealthPort",
+                u64::from(self.kube_proxy_health_port),
+            ),
+            (
+                "healthCheckIntervalMillis",
+                self.health_check_interval_millis,
+            ),
+            ("healthCheckTimeoutMillis", self.health_check_timeout_millis),
+            ("healthyThreshold", u64::from(self.healthy_threshold)),
+            ("unhealthyThreshold", u64::from(self.unhealthy_threshold)),
+            ("udpIdleSeconds", self.udp_idle_seconds),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::invalid(
+                    format!("dataPath.{field}"),
+                    "must be at least 1",
+                ));
+            }
+        }
+        if let Some(interface) = &self.interface
+            && (interface.is_empty()
+                || !interface
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)))
+        {
+            return Err(ConfigError::invalid(
+                "dataPath.interface",
+                format!("{interface:?} is not an interface name"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `dataPath` is a boolean or a mapping of options (whose `enabled` defaults to true).
+impl<'de> Deserialize<'de> for DataPathConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        struct Options {
+            #[serde(default = "default_true")]
+            enabled: bool,
+            interface: Option<String>,
+            drain_seconds: Option<u64>,
+            max_connections: Option<usize>,
+            kube_proxy_health_port: Option<u16>,
+            health_check_interval_millis: Option<u64>,
+            health_check_timeout_millis: Option<u64>,
+            healthy_threshold: Option<u32>,
+            unhealthy_threshold: Option<u32>,
+            udp_idle_seconds: Option<u64>,
+        }
+        struct Form;
+        impl<'de> serde::de::Visitor<'de> for Form {
+            type Value = DataPathConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a boolean or a mapping of data-path options")
+            }
+            fn visit_bool<E: serde::de::Error>(self, enabled: bool) -> Result<Self::Value, E> {
+                Ok(DataPathConfig {
+                    enabled,
+                    ..DataPathConfig::default()
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let o = Options::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                let d = DataPathConfig::default();
+                Ok(DataPathConfig {
+                    enabled: o.enabled,
+                    interface: o.interface,
+                    drain_seconds: o.drain_seconds.unwrap_or(d.drain_seconds),
+                    max_connections: o.max_connections.unwrap_or(d.max_connections),
+                    kube_proxy_health_port: o
+                        .kube_proxy_health_port
+                        .unwrap_or(d.kube_proxy_health_port),
+                    health_check_interval_millis: o
+                        .health_check_interval_millis
+                        .unwrap_or(d.health_check_interval_millis),
+                    health_check_timeout_millis: o
+                        .health_check_timeout_millis
+                        .unwrap_or(d.health_check_timeout_millis),
+                    healthy_threshold: o.healthy_threshold.unwrap_or(d.healthy_threshold),
+                    unhealthy_threshold: o.unhealthy_threshold.unwrap_or(d.unhealthy_threshold),
+                    udp_idle_seconds: o.udp_idle_seconds.unwrap_or(d.udp_idle_seconds),
+                })
+            }
+        }
+        deserializer.deserialize_any(Form)
+    }
 }
 
 /// An explicit instance.
@@ -390,6 +552,7 @@ impl Default for FakeConfig {
             seed: default_seed(),
             faults: BTreeMap::new(),
             precise_latency: false,
+            data_path: DataPathConfig::default(),
         }
     }
 }
@@ -409,11 +572,14 @@ impl FakeConfig {
     pub fn from_yaml(bytes: &[u8]) -> Result<Self, ConfigError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|e| ConfigError::invalid("(file)", format!("not UTF-8: {e}")))?;
-        let config: FakeConfig = if text.trim().is_empty() {
+        let mut config: FakeConfig = if text.trim().is_empty() {
             FakeConfig::default()
         } else {
             cloud_provider::cloud_config_yaml::parse(text.as_bytes()).map_err(ConfigError::Parse)?
         };
+        if config.data_path.enabled && config.load_balancer_cidr == DEFAULT_LOAD_BALANCER_CIDR {
+            config.load_balancer_cidr = DEFAULT_DATA_PATH_CIDR.to_string();
+        }
         config.validate()?;
         Ok(config)
     }
@@ -447,6 +613,7 @@ impl FakeConfig {
         self.validate_admin_address()?;
         self.validate_volumes(&zones)?;
         self.validate_faults()?;
+        self.data_path.validate()?;
         self.validate_instances(&zones)?;
         self.validate_load_balancers()?;
         self.load_balancer_ips(&mut IpPool::new(lb_cidr))?;

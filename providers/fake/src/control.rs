@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::config::{FakeConfig, InstanceConfig};
+use crate::data_path::{BalancerStatus, DataPath};
 use crate::faults::FaultSpec;
 use crate::shared::Shared;
 use crate::state::{CloudSnapshot, ControlError, InstanceRecord, LoadBalancerRecord, RouteRecord};
@@ -130,6 +131,15 @@ impl FakeControl {
     /// Every load balancer, by name.
     pub fn load_balancers(&self) -> Vec<LoadBalancerRecord> {
         self.shared.state.lock().load_balancers()
+    }
+
+    /// The data path of every running load balancer, by name (empty when `dataPath` is off).
+    pub fn load_balancer_traffic(&self) -> Vec<BalancerStatus> {
+        self.shared
+            .data_path
+            .as_ref()
+            .map(DataPath::status)
+            .unwrap_or_default()
     }
 
     /// Every route, by name.

@@ -11,7 +11,9 @@
 //!   zone picked from its name by a stable hash, reporting the node's kubelet addresses. Terminated
 //!   instances stay gone.
 //! - Load balancers are keyed by the default load-balancer name of their Service; ingress IPs come from a
-//!   CIDR pool (default `198.51.100.0/24`) and go back to it on delete.
+//!   CIDR pool (default `198.51.100.0/24`) and go back to it on delete. With `dataPath` they carry traffic:
+//!   each listens on its ingress address and forwards to the nodes' node ports, with health checks, source
+//!   ranges, ClientIP affinity, PROXY protocol and draining (the `data_path` module).
 //! - Routes live in a table; a route whose target instance is gone is reported as a blackhole.
 //! - The cloud-config can declare load balancers and routes that exist from the start, and
 //!   [`FakeControl::cloud_config`] (admin API: `GET /config`) renders a running cloud in that format, so a
@@ -24,8 +26,8 @@
 //!
 //! All state sits behind one mutex and every listing is sorted, so the cloud is thread-safe and deterministic.
 //!
-//! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `state` → `service_annotations` → `config` → `faults`,
-//! `pool`, `latency` (a module uses only those to its right).
+//! Modules depend one way only: `cloud` → `admin` → `control` → `shared` → `data_path` → `state` →
+//! `service_annotations` → `config` → `faults`, `pool`, `latency` (a module uses only those to its right).
 //!
 //! ```
 //! use cloud_provider::Registry;
@@ -42,6 +44,7 @@ mod admin;
 mod cloud;
 mod config;
 mod control;
+mod data_path;
 mod faults;
 mod latency;
 mod pool;
@@ -56,15 +59,16 @@ use cloud_provider::{CloudProvider, Registry, RegistryError};
 pub use admin::{AdminError, FaultRequest, router as admin_router};
 pub use cloud::{FakeCloud, TAGGED_LABEL, provider_id_of};
 pub use config::{
-    AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER,
-    DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, FakeConfig, InitialState, InstanceConfig,
-    LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, ProxyProtocol, RouteConfig,
-    VolumeConfig,
+    AddressConfig, ConfigError, DEFAULT_CLUSTER_NAME, DEFAULT_CSI_DRIVER, DEFAULT_DATA_PATH_CIDR,
+    DEFAULT_LOAD_BALANCER_CIDR, DEFAULT_REGION, DataPathConfig, FakeConfig, InitialState,
+    InstanceConfig, LoadBalancerConfig, LoadBalancerPortConfig, PROVIDER_NAME, ProxyProtocol,
+    RouteConfig, VolumeConfig,
 };
 pub use control::FakeControl;
+pub use data_path::{BackendStatus, BalancerStatus, Health};
 pub use faults::{ALL_OPERATIONS, FaultKind, FaultSpec, NOT_FOUND_OPERATIONS, OPERATIONS};
 pub use pool::{Cidr, IpPool, PoolError};
-pub use service_annotations::ANN_PROXY_PROTOCOL;
+pub use service_annotations::{ANN_PROXY_PROTOCOL, ANN_SOURCE_RANGES};
 pub use state::{
     CloudSnapshot, ControlError, InstanceRecord, LoadBalancerPort, LoadBalancerRecord, PowerState,
     RouteRecord,

@@ -38,6 +38,31 @@ impl Cidr {
         Ok(cidr)
     }
 
+    /// Parses like [`Cidr::parse`] but clears host bits instead of refusing them, as Kubernetes reads
+    /// `loadBalancerSourceRanges` (`10.0.0.5/8` is `10.0.0.0/8`).
+    pub fn parse_masked(s: &str) -> Result<Self, String> {
+        let trimmed = s.trim();
+        let (addr, prefix) = trimmed
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not a CIDR (address/prefix)"))?;
+        let ip: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{s:?} is not a CIDR: bad address {addr:?}"))?;
+        let bits = if ip.is_ipv4() { 32 } else { 128 };
+        let prefix_len: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= bits)
+            .ok_or_else(|| format!("{s:?} is not a CIDR: bad prefix length {prefix:?}"))?;
+        let mut cidr = Cidr {
+            base: Self::to_num(ip),
+            prefix: prefix_len,
+            v6: ip.is_ipv6(),
+        };
+        cidr.base &= !cidr.host_mask();
+        Ok(cidr)
+    }
+
     fn bits(&self) -> u8 {
         if self.v6 { 128 } else { 32 }
     }

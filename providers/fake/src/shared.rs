@@ -1,5 +1,5 @@
 //! [`Shared`]: the one cloud behind a `FakeCloud`, its clones and its `FakeControl` handles (the configuration,
-//! the state behind its mutex, the admin API's address and the mutation gate).
+//! the state behind its mutex, the admin API's address, the mutation gate and the load balancers' data path).
 
 use std::net::SocketAddr;
 
@@ -7,6 +7,7 @@ use cloud_provider::MutationGate;
 use parking_lot::Mutex;
 
 use crate::config::FakeConfig;
+use crate::data_path::DataPath;
 use crate::state::State;
 
 /// What a `FakeCloud` and its `FakeControl` handles share.
@@ -20,4 +21,6 @@ pub(crate) struct Shared {
     pub(crate) admin: Mutex<Option<SocketAddr>>,
     /// The gate of the mutating operations (`FakeCloud::gate_mutation`).
     pub(crate) mutations: MutationGate,
+    /// The running load balancers, when `dataPath` is on.
+    pub(crate) data_path: Option<DataPath>,
 }

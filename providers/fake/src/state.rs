@@ -18,7 +18,7 @@ use crate::config::{
 };
 use crate::faults::{ALL_OPERATIONS, FaultKind, FaultSpec, Rng, stable_hash, validate_fault};
 use crate::pool::{Cidr, IpPool};
-use crate::service_annotations::{proxy_protocol, requested_ip, service_key};
+use crate::service_annotations::{proxy_protocol, requested_ip, service_key, source_ranges};
 
 /// Why a control operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -224,6 +224,8 @@ pub(crate) struct State {
     streams: BTreeMap<String, Rng>,
     calls: BTreeMap<String, u64>,
     seed: u64,
+    /// Whether load balancers carry traffic themselves (their ingress is then `ipMode: Proxy`).
+    proxies_traffic: bool,
 }
 
 fn node_name(node: &Node) -> Result<&str, CloudError> {
@@ -266,6 +268,7 @@ impl State {
             streams: BTreeMap::new(),
             calls: BTreeMap::new(),
             seed: cfg.seed,
+            proxies_traffic: cfg.data_path.enabled,
         };
         for (i, inst) in cfg.instances.iter().enumerate() {
             st.add_instance(cfg, inst.clone())
@@ -720,10 +723,14 @@ impl State {
         }
     }
 
-    /// The status of a load balancer on `ip`: `ipMode: Proxy` when it sends the PROXY protocol (clients
-    /// in the cluster must then go through it), else `VIP`.
-    fn status_of(ip: &str, proxy: Option<ProxyProtocol>) -> LoadBalancerStatus {
-        let mode = if proxy.is_some() { "Proxy" } else { "VIP" };
+    /// The status of a load balancer on `ip`: `ipMode: Proxy` when it sends the PROXY protocol or carries
+    /// the traffic itself (clients in the cluster must then go through it), else `VIP`.
+    fn status_of(&self, ip: &str, proxy: Option<ProxyProtocol>) -> LoadBalancerStatus {
+        let mode = if proxy.is_some() || self.proxies_traffic {
+            "Proxy"
+        } else {
+            "VIP"
+        };
         LoadBalancerStatus {
             ingress: Some(vec![LoadBalancerIngress {
                 ip: Some(ip.to_string()),
@@ -777,7 +784,7 @@ impl State {
         Ok(self
             .lbs
             .get(&name)
-            .map(|lb| Self::status_of(&lb.ip, lb.proxy_protocol)))
+            .map(|lb| self.status_of(&lb.ip, lb.proxy_protocol)))
     }
 
     pub(crate) fn ensure_lb(
@@ -789,6 +796,7 @@ impl State {
         let name = Self::lb_name(service)?;
         let requested = requested_ip(service)?;
         let proxy = proxy_protocol(service)?;
+        source_ranges(service)?;
         let pool_err = |e: crate::pool::PoolError| CloudError::provider(e.to_string());
         let ip = match self.lbs.get(&name) {
             Some(lb) => {
@@ -836,7 +844,7 @@ impl State {
         record.nodes = backends;
         record.proxy_protocol = proxy;
         record.ensure_count += 1;
-        Ok(Self::status_of(&ip, proxy))
+        Ok(self.status_of(&ip, proxy))
     }
 
     /// Whether `ensure_lb` (or `update_lb`) with these arguments would leave the load balancer as it is.
@@ -864,10 +872,11 @@ impl State {
     }
 
     /// The checks of a Service at admission, with the errors `ensure_lb` would return: the PROXY protocol
-    /// annotation, and a `loadBalancerIP` that is a free host address of the pool (or already the
+    /// annotation, the source ranges, and a `loadBalancerIP` that is a free host address of the pool (or already the
     /// Service's own).
     pub(crate) fn check_lb(&self, service: &Service) -> Result<(), CloudError> {
         proxy_protocol(service)?;
+        source_ranges(service)?;
         let Some(ip) = requested_ip(service)? else {
             return Ok(());
         };
@@ -881,6 +890,12 @@ impl State {
         self.pool
             .check_specific(ip)
             .map_err(|e| CloudError::provider(e.to_string()))
+    }
+
+    /// The ingress address of `service`'s load balancer, if it exists.
+    pub(crate) fn lb_address(&self, service: &Service) -> Option<IpAddr> {
+        let name = Self::lb_name(service).ok()?;
+        self.lbs.get(&name)?.ip.parse().ok()
     }
 
     /// Whether the load balancer of `service` exists.

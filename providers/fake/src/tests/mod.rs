@@ -3,6 +3,7 @@
 mod admin;
 mod admission;
 mod cloud;
+mod data_path;
 mod declared;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec};

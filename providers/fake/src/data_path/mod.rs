@@ -1,0 +1,204 @@
+//! The data path of the fake cloud's load balancers (`dataPath` in the cloud-config): each load balancer
+//! listens on its ingress address for each TCP and UDP port of its Service and forwards to the backends'
+//! `NodeIP:NodePort`, as a cloud's L4 load balancer does, in this process, on the Tokio runtime.
+//!
+//! - Backends are health-checked on kube-proxy's health servers ([`health`]); only healthy ones get new
+//!   connections, round robin, or the client's previous backend under `sessionAffinity: ClientIP`.
+//! - `loadBalancerSourceRanges` (or Kubernetes' source-ranges annotation) admit clients by address.
+//! - The fake's PROXY protocol annotation makes TCP connections start with a v1 or v2 header.
+//! - A backend that leaves keeps its connections for `drainSeconds`; a load balancer deleted closes its
+//!   listeners and connections and frees its address.
+//! - Memory is bounded: two 16 KiB buffers per TCP connection, one 64 KiB buffer per UDP listener and
+//!   flow, and at most `maxConnections` connections and flows per load balancer.
+//!
+//! Modules: `balancer` runs one load balancer with `tcp`, `udp` and `health`, which share its `traffic`
+//! over `backends` (choice, health state and draining), `spec` (what a Service asks) and
+//! `proxy_protocol` (the header).
+
+mod backends;
+mod balancer;
+mod health;
+mod proxy_protocol;
+mod spec;
+mod tcp;
+mod traffic;
+mod udp;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use cloud_provider::{CloudError, default_load_balancer_name};
+use k8s_openapi::api::core::v1::{Node, Service};
+use parking_lot::Mutex;
+
+use crate::config::DataPathConfig;
+
+pub use backends::{BackendStatus, Health};
+use balancer::Balancer;
+pub use balancer::BalancerStatus;
+pub(crate) use spec::BalancerSpec;
+
+/// The running load balancers, by cloud name.
+#[derive(Debug)]
+pub(crate) struct DataPath {
+    config: DataPathConfig,
+    balancers: Mutex<BTreeMap<String, Balancer>>,
+}
+
+impl DataPath {
+    pub(crate) fn new(config: DataPathConfig) -> DataPath {
+        DataPath {
+            config,
+            balancers: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The data path of `service`'s load balancer on `address` to `nodes`.
+    pub(crate) fn spec(
+        &self,
+        address: IpAddr,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<BalancerSpec, CloudError> {
+        BalancerSpec::new(
+            &self.config,
+            &default_load_balancer_name(service),
+            address,
+            service,
+            nodes,
+        )
+    }
+
+    /// Whether the load balancer already runs exactly `spec`.
+    pub(crate) fn is_current(&self, spec: &BalancerSpec) -> bool {
+        self.balancers
+            .lock()
+            .get(&spec.name)
+            .is_some_and(|b| b.spec() == spec)
+    }
+
+    /// Whether `nodes` are the backends of `service`'s load balancer already (or it does not run).
+    pub(crate) fn has_backends(&self, service: &Service, nodes: &[Node]) -> bool {
+        let name = default_load_balancer_name(service);
+        let balancers = self.balancers.lock();
+        let Some(balancer) = balancers.get(&name) else {
+            return true;
+        };
+        let Ok(wanted) = self.spec(balancer.spec().address, service, nodes) else {
+            return true;
+        };
+        wanted.backends == balancer.spec().backends
+    }
+
+    /// Runs `spec`: starts the load balancer, or changes the running one (a new address replaces it).
+    pub(crate) async fn apply(&self, spec: BalancerSpec) -> Result<(), CloudError> {
+        let existing = self.balancers.lock().remove(&spec.name);
+        let name = spec.name.clone();
+        let balancer = match existing {
+            Some(mut running) if running.spec().address == spec.address => {
+                let result = running.apply(spec).await;
+                self.balancers.lock().insert(name, running);
+                return result;
+            }
+            Some(old) => {
+                let old_address = old.spec().address;
+                drop(old);
+                self.release_address(old_address).await;
+                self.claim_address(spec.address).await?;
+                Balancer::start(spec, &self.config).await?
+            }
+            None => {
+                self.claim_address(spec.address).await?;
+                Balancer::start(spec, &self.config).await?
+            }
+        };
+        self.balancers.lock().insert(name, balancer);
+        Ok(())
+    }
+
+    /// Gives the running load balancer of `service` these backends (nothing when it does not run: its next
+    /// ensure starts it).
+    pub(crate) async fn update_backends(
+        &self,
+        service: &Service,
+        nodes: &[Node],
+    ) -> Result<(), CloudError> {
+        let name = default_load_balancer_name(service);
+        let current = self.balancers.lock().get(&name).map(|b| b.spec().clone());
+        let Some(current) = current else {
+            return Ok(());
+        };
+        let wanted = self.spec(current.address, service, nodes)?;
+        self.apply(BalancerSpec {
+            backends: wanted.backends,
+            ..current
+        })
+        .await
+    }
+
+    /// Stops the load balancer of `service`: its listeners and connections close, its address is freed.
+    pub(crate) async fn remove(&self, service: &Service) {
+        let name = default_load_balancer_name(service);
+        let removed = self.balancers.lock().remove(&name);
+        if let Some(balancer) = removed {
+            let address = balancer.spec().address;
+            drop(balancer);
+            self.release_address(address).await;
+            tracing::info!(load_balancer = %name, %address, "fake data path: load balancer stopped");
+        }
+    }
+
+    /// Every running load balancer's data path.
+    pub(crate) fn status(&self) -> Vec<BalancerStatus> {
+        self.balancers
+            .lock()
+            .values()
+            .map(Balancer::status)
+            .collect()
+    }
+
+    /// Adds `address` to the configured interface, if any.
+    async fn claim_address(&self, address: IpAddr) -> Result<(), CloudError> {
+        let Some(interface) = &self.config.interface else {
+            return Ok(());
+        };
+        match ip_address("add", address, interface).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.contains("File exists") => Ok(()),
+            Err(e) => Err(CloudError::provider(format!(
+                "adding load-balancer address {address} to {interface}: {e}"
+            ))),
+        }
+    }
+
+    /// Removes `address` from the configured interface, if any (a failure is logged: the address is free
+    /// in the cloud either way).
+    async fn release_address(&self, address: IpAddr) {
+        if let Some(interface) = &self.config.interface
+            && let Err(e) = ip_address("del", address, interface).await
+        {
+            tracing::warn!(%address, %interface, error = %e, "fake data path: removing the address failed");
+        }
+    }
+}
+
+/// `ip address ACTION ADDRESS/32 dev INTERFACE` (/128 for IPv6); the error is the command's message.
+async fn ip_address(action: &str, address: IpAddr, interface: &str) -> Result<(), String> {
+    let prefix = if address.is_ipv4() { 32 } else { 128 };
+    let output = tokio::process::Command::new("ip")
+        .args([
+            "address",
+            action,
+            &format!("{address}/{prefix}"),
+            "dev",
+            interface,
+        ])
+        .output()
+        .await
+        .map_err(|e| format!("running ip: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
+    }
+}
