@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds hack/realkube (etcd, kube-apiserver, kube-controller-manager and kubectl in one test binary) from the
-# Kubernetes modules pinned in go.mod, into target/realkube/bin/, with a `kubectl` link beside it.
+# Kubernetes modules pinned in go.mod, into target/realkube/bin/, with a `kubectl` link beside it, and the test
+# pods' echo server (hack/realkube/echo) as realkube-echo, which realkube puts into the nodes' images.
 # The Go build cache makes a second build take seconds.
 #
 #   hack/realkube/build.sh        prints the path of the binary on its last line
@@ -20,5 +21,7 @@ if [ -z "$version" ]; then
   exit 1
 fi
 go_build_versioned "$here" "$version" "$out/realkube"
+# The echo server links no Kubernetes package: the version stamp passes it by.
+go_build_versioned "$here/echo" "$version" "$out/realkube-echo"
 ln -sf realkube "$out/kubectl"
 echo "$out/realkube"

@@ -1,9 +1,11 @@
 package main
 
 // The container images of the nodes, made without a registry: one layer holding the host's static busybox
-// (Debian's busybox-static) and its applets, as two images in one docker-archive tarball that each node's
-// containerd imports: the pod sandbox (`pause`: waits for SIGTERM) and `busybox` for test pods (`httpd`,
-// `nc`, `sh`). Pods use `imagePullPolicy: Never`.
+// (Debian's busybox-static) and its applets, and the echo server of hack/realkube/echo as /bin/echo-server
+// (TCP echo; UDP answers with the hostname and the payload, which busybox has no server for), as two images in
+// one docker-archive tarball that each node's containerd imports: the pod sandbox (`pause`: waits for
+// SIGTERM) and `busybox` for test pods (`httpd`, `nc`, `sh`, `echo-server`). Pods use
+// `imagePullPolicy: Never`.
 
 import (
 	"archive/tar"
@@ -13,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 )
@@ -24,6 +27,8 @@ const (
 	busyboxImage = "realkube.local/busybox:1"
 	// busyboxPath is where Debian's busybox-static installs the static binary.
 	busyboxPath = "/bin/busybox"
+	// echoServerBinary is the static echo server build.sh builds beside the realkube binary.
+	echoServerBinary = "realkube-echo"
 )
 
 // busyboxApplets are linked into the image's /bin.
@@ -38,7 +43,11 @@ func writeImages(path string) error {
 	if err != nil {
 		return fmt.Errorf("the images need %s (Debian's busybox-static package): %w", busyboxPath, err)
 	}
-	layer, err := busyboxLayer(binary)
+	echoServer, err := readEchoServer()
+	if err != nil {
+		return err
+	}
+	layer, err := busyboxLayer(binary, echoServer)
 	if err != nil {
 		return err
 	}
@@ -78,8 +87,23 @@ func writeImages(path string) error {
 	return os.WriteFile(path, archive.Bytes(), 0o644)
 }
 
-// busyboxLayer is the image's only layer: /bin/busybox, its applets as symlinks, and /tmp.
-func busyboxLayer(binary []byte) ([]byte, error) {
+// readEchoServer reads the echo server from the directory of the running realkube binary.
+func readEchoServer() ([]byte, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(filepath.Dir(self), echoServerBinary)
+	binary, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the images need the echo server %s (built with realkube by hack/realkube/build.sh; run it): %w", path, err)
+	}
+	return binary, nil
+}
+
+// busyboxLayer is the image's only layer: /bin/busybox, its applets as symlinks, /bin/echo-server, /tmp and
+// /www.
+func busyboxLayer(binary, echoServer []byte) ([]byte, error) {
 	var layer bytes.Buffer
 	w := tar.NewWriter(&layer)
 	for _, dir := range []string{"bin/", "tmp/", "www/"} {
@@ -88,6 +112,9 @@ func busyboxLayer(binary []byte) ([]byte, error) {
 		}
 	}
 	if err := writeTarFile(w, "bin/busybox", binary, 0o755); err != nil {
+		return nil, err
+	}
+	if err := writeTarFile(w, "bin/echo-server", echoServer, 0o755); err != nil {
 		return nil, err
 	}
 	for _, applet := range busyboxApplets {
