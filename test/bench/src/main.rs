@@ -17,6 +17,7 @@ mod chaos;
 mod cluster;
 mod daemon;
 mod fake_admin;
+mod lb_traffic;
 mod report;
 mod runner;
 mod scale;
@@ -40,7 +41,7 @@ use crate::scenario::{Kind, RunSettings, Scenario};
 #[command(name = "ccm-bench", max_term_width = 110)]
 struct Args {
     /// Scenarios to run, comma-separated: a, b, b-addr, c, d, d-paced, chaos, e, e-start, e-pass, f, all
-    /// (a to d-paced) or scale (e to f).
+    /// (a to d-paced), scale (e to f), or lb-traffic (the fake load balancers' data path, alone).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
     /// Nodes of the node scenarios (a, b, c, e, e-start, e-pass) and of chaos, instead of their defaults.
@@ -131,6 +132,21 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 }
 
 impl Args {
+    /// The settings of every run.
+    fn run_settings(&self) -> RunSettings {
+        RunSettings {
+            binary: self.daemon.clone().unwrap_or_else(daemon::default_binary),
+            realkube: self.realkube.clone(),
+            extra_flags: self.daemon_args.clone(),
+            extra_env: self.daemon_env.clone(),
+            latency_ms: self.latency_ms,
+            timeout: Duration::from_secs(self.timeout),
+            event_drain: Duration::from_secs(self.event_drain),
+            create_concurrency: self.create_concurrency,
+            sigterm_death_is_clean: false,
+        }
+    }
+
     fn scenarios(&self) -> anyhow::Result<Vec<Scenario>> {
         let mut ids: Vec<&str> = Vec::new();
         for id in &self.scenario {
@@ -199,18 +215,11 @@ impl Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.scenario.iter().any(|s| s.trim() == LB_TRAFFIC) {
+        return run_lb_traffic(&args).await;
+    }
     let scenarios = args.scenarios()?;
-    let settings = RunSettings {
-        binary: args.daemon.clone().unwrap_or_else(daemon::default_binary),
-        realkube: args.realkube.clone(),
-        extra_flags: args.daemon_args.clone(),
-        extra_env: args.daemon_env.clone(),
-        latency_ms: args.latency_ms,
-        timeout: Duration::from_secs(args.timeout),
-        event_drain: Duration::from_secs(args.event_drain),
-        create_concurrency: args.create_concurrency,
-        sigterm_death_is_clean: false,
-    };
+    let settings = args.run_settings();
     if !settings.binary.is_file() {
         bail!(
             "the daemon binary {} does not exist; build it with `cargo build --release -p \
@@ -274,12 +283,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("{text}");
     if let Some(path) = &args.write {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        writeln!(file, "{text}").with_context(|| format!("cannot write {}", path.display()))?;
+        append(path, &text)?;
     }
     if outcomes
         .iter()
@@ -287,6 +291,34 @@ async fn main() -> anyhow::Result<()> {
         .any(|o| !o.failures.is_empty())
     {
         bail!("some scenarios failed (see the table)");
+    }
+    Ok(())
+}
+
+/// Appends `text` to the file at `path`.
+fn append(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    writeln!(file, "{text}").with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The scenario of the fake load balancers' data path ([`lb_traffic`]), run on its own.
+const LB_TRAFFIC: &str = "lb-traffic";
+
+/// Runs `lb-traffic` and prints (and appends to `--write`) its section.
+async fn run_lb_traffic(args: &Args) -> anyhow::Result<()> {
+    if args.scenario.len() > 1 {
+        bail!("{LB_TRAFFIC} runs alone");
+    }
+    let settings = args.run_settings();
+    let dir = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let text = lb_traffic::run(&settings, dir.path()).await?;
+    println!("{text}");
+    if let Some(path) = &args.write {
+        append(path, &text)?;
     }
     Ok(())
 }

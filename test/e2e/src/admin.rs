@@ -2,7 +2,9 @@
 //! the cloud and its remote control (stop, start and terminate instances; inject faults).
 
 use http::Method;
-use provider_fake::{CloudSnapshot, InstanceRecord, LoadBalancerRecord, RouteRecord};
+use provider_fake::{
+    BalancerStatus, CloudSnapshot, InstanceRecord, LoadBalancerRecord, RouteRecord,
+};
 use serde::de::DeserializeOwned;
 
 use crate::HarnessError;
@@ -83,6 +85,12 @@ impl FakeAdmin {
     /// Every load balancer.
     pub async fn load_balancers(&self) -> Result<Vec<LoadBalancerRecord>, HarnessError> {
         self.get("/loadbalancers").await
+    }
+
+    /// The data path of every running load balancer (`dataPath` on): listeners, backends with their
+    /// health and connection counts, refused and rejected clients.
+    pub async fn load_balancer_traffic(&self) -> Result<Vec<BalancerStatus>, HarnessError> {
+        self.get("/loadbalancers/traffic").await
     }
 
     /// The route table.

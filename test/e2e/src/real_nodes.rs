@@ -67,6 +67,46 @@ pub fn cloud_config_of(instances: Vec<serde_json::Value>) -> String {
     serde_saphyr::to_string(&config).expect("a JSON value is YAML")
 }
 
+/// The pool of the fake load balancers' ingress addresses in the real-node suite: each is added to `lo`
+/// by the data path (so the host and an [`ExternalClient`] reach it) and removed with its load balancer.
+pub const LOAD_BALANCER_POOL: &str = "10.250.0.0/24";
+/// How long a backend that left a load balancer keeps its connections in the real-node suite.
+pub const DRAIN_SECONDS: u64 = 5;
+
+/// [`cloud_config`] with load balancers that carry traffic: ingress addresses of [`LOAD_BALANCER_POOL`]
+/// added to `lo`, backends checked every half second, a drain of [`DRAIN_SECONDS`].
+pub fn data_path_cloud_config(count: usize, mismatched: Option<usize>) -> String {
+    format!(
+        "{}loadBalancerCIDR: {LOAD_BALANCER_POOL}\ndataPath:\n  interface: lo\n  drainSeconds: {DRAIN_SECONDS}\n  \
+         healthCheckIntervalMillis: 500\n",
+        cloud_config(count, mismatched)
+    )
+}
+
+/// The addresses of [`LOAD_BALANCER_POOL`] on `lo` now.
+pub fn pool_addresses_on_lo() -> Vec<String> {
+    let output = Command::new("ip")
+        .args(["-4", "-o", "address", "show", "dev", "lo"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let prefix = LOAD_BALANCER_POOL.trim_end_matches("0/24");
+    output
+        .split_whitespace()
+        .filter(|word| word.starts_with(prefix) && word.contains('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Removes what [`pool_addresses_on_lo`] lists (after a CCM that could not remove them itself).
+pub fn remove_pool_addresses() {
+    for address in pool_addresses_on_lo() {
+        let _ = Command::new("ip")
+            .args(["address", "del", &address, "dev", "lo"])
+            .output();
+    }
+}
+
 /// A `realkube up --nodes N` cluster.
 #[derive(Debug, Clone)]
 pub struct RealCluster {
@@ -152,6 +192,7 @@ impl RealCluster {
 #[derive(Debug)]
 pub struct ExternalClient {
     namespace: String,
+    address: String,
 }
 
 /// The /30s a client may take, as (host end, client end): the first the host does not already reach
@@ -176,6 +217,7 @@ impl ExternalClient {
         let (host_end, client_end) = (format!("{name}-h"), format!("{name}-c"));
         let client = ExternalClient {
             namespace: name.to_string(),
+            address: client_ip.to_string(),
         };
         let host_addr = format!("{host_ip}/30");
         let client_addr = format!("{client_ip}/30");
@@ -212,6 +254,11 @@ impl ExternalClient {
             run(&step)?;
         }
         Ok(client)
+    }
+
+    /// The client's address.
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// `GET url` from the client (curl, 3 s timeout): the body, or `None` when nothing answered (or an

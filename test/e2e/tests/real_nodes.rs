@@ -9,12 +9,14 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, ensure};
 use ccm_e2e::harness::{CCM_SERVICE_ACCOUNT, LocalOptions, client_from_kubeconfig};
 use ccm_e2e::real_nodes::{
-    ExternalClient, RealCluster, cloud_config, host_get, instance, node_ip, node_name,
+    DRAIN_SECONDS, ExternalClient, RealCluster, data_path_cloud_config, host_get, instance,
+    node_ip, node_name, pool_addresses_on_lo, remove_pool_addresses,
 };
 use ccm_e2e::well_known::*;
 use ccm_e2e::{Check, Harness, HarnessConfig, Mode, wait_for};
@@ -22,6 +24,8 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 
 /// The nodes the cluster runs.
 const NODES: usize = 3;
@@ -406,40 +410,253 @@ async fn load_balancer_serves_from_pods_on_two_nodes(s: &Suite) -> anyhow::Resul
     Ok(())
 }
 
-/// `externalTrafficPolicy: Local`: a client outside the cluster is served only through a node that holds an
-/// endpoint. The one kube-proxy of the nodes is node-1's, so its health-check node port and the ingress IP
-/// answer only once node-1 holds one.
-async fn local_traffic_policy_needs_a_local_endpoint(s: &Suite) -> anyhow::Result<()> {
-    create_pod(s, &web_pod("local-2", "local", Some(&node_name(2)))?).await?;
-    wait_pod_ready(s, "local-2").await?;
-    let (svc, ip) = create_lb(s, &lb_service("local", "local", true)?).await?;
-    let hc_port = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.health_check_node_port)
-        .ok_or_else(|| anyhow!("no healthCheckNodePort"))?;
-    let client = ExternalClient::create("rk-loc")?;
-    let url = format!("http://{ip}/");
-    let health = format!("http://{}:{hc_port}/", node_ip(1));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let seen = answers(|u| client.get(u), &url, 3);
-    ensure!(
-        seen.is_empty(),
-        "node-1 holds no endpoint, yet the ingress IP answered {seen:?}"
-    );
-    let status = health_status(&health)?;
-    ensure!(
-        status == 503,
-        "node-1's health check answered {status} without a local endpoint"
-    );
+// ---- load balancers that carry traffic (the fake's data path) ----
 
-    create_pod(s, &web_pod("local-1", "local", Some(&node_name(1)))?).await?;
-    wait_pod_ready(s, "local-1").await?;
+/// A pod of the busybox image running the image's echo server: TCP 9000 echoes, UDP 5353 answers
+/// `<pod name> <payload>`.
+fn echo_pod(name: &str, app: &str, node: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "containers": [{
+                "name": "echo",
+                "image": "realkube.local/busybox:1",
+                "imagePullPolicy": "Never",
+                "command": ["/bin/echo-server", "--tcp", "9000", "--udp", "5353"],
+                "readinessProbe": {"tcpSocket": {"port": 9000}, "periodSeconds": 1},
+            }],
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+        },
+    }))?)
+}
+
+/// A LoadBalancer Service of the `echo` pods: `ports` as given, `extra` merged into its object.
+fn echo_service(
+    name: &str,
+    ports: serde_json::Value,
+    extra: serde_json::Value,
+) -> anyhow::Result<Service> {
+    let mut service = json!({
+        "metadata": {"name": name},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "echo"}, "ports": ports},
+    });
+    merge(&mut service, extra);
+    Ok(serde_json::from_value(service)?)
+}
+
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// The data path of `service`'s load balancer, from the fake cloud's admin API.
+async fn traffic_of(s: &Suite, service: &str) -> anyhow::Result<provider_fake::BalancerStatus> {
+    let key = format!("{NAMESPACE}/{service}");
+    s.h()?
+        .admin()
+        .load_balancer_traffic()
+        .await?
+        .into_iter()
+        .find(|b| b.service == key)
+        .ok_or_else(|| anyhow!("no running load balancer for {key}"))
+}
+
+/// Connects to `to` (from the local address `from`, when given), sends `payload`, and returns what comes
+/// back until the other side closes or nothing comes for `quiet`.
+async fn tcp_exchange(
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    payload: &[u8],
+    quiet: Duration,
+) -> Vec<u8> {
+    let socket = TcpSocket::new_v4().expect("a TCP socket");
+    if let Some(from) = from {
+        socket
+            .bind(SocketAddr::new(from, 0))
+            .expect("a local address");
+    }
+    let Ok(Ok(mut stream)) = tokio::time::timeout(Duration::from_secs(3), socket.connect(to)).await
+    else {
+        return Vec::new();
+    };
+    let _ = stream.write_all(payload).await;
+    read_until_quiet(&mut stream, quiet).await
+}
+
+async fn read_until_quiet(stream: &mut TcpStream, quiet: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    while let Ok(Ok(n)) = tokio::time::timeout(quiet, stream.read(&mut buf)).await {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+/// Whether a TCP socket of this host listens on `at` (`ss`).
+fn listening(at: SocketAddr) -> bool {
+    std::process::Command::new("ss")
+        .args(["-Hltn", &format!("src {at}")])
+        .output()
+        .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+}
+
+/// Sends one datagram to `to` and returns the answer, if one comes within 2 s.
+async fn udp_exchange(to: SocketAddr, payload: &[u8]) -> Option<String> {
+    let socket = UdpSocket::bind("0.0.0.0:0").await.ok()?;
+    socket.send_to(payload, to).await.ok()?;
+    let mut buf = [0u8; 1024];
+    let (n, from) = tokio::time::timeout(Duration::from_secs(2), socket.recv_from(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    (from == to).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn at(ip: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    Ok(SocketAddr::new(ip.parse()?, port))
+}
+
+/// Every LoadBalancer Service gets an address of the pool on `lo` and `ipMode: Proxy`, and the load
+/// balancer answers TCP and UDP on it: from the host, to the echo pods on two nodes.
+async fn tcp_and_udp_through_the_ingress_address(s: &Suite) -> anyhow::Result<()> {
+    for (pod, node) in [("echo-1", 1), ("echo-2", 2)] {
+        create_pod(s, &echo_pod(pod, "echo", &node_name(node))?).await?;
+    }
+    for pod in ["echo-1", "echo-2"] {
+        wait_pod_ready(s, pod).await?;
+    }
+    let service = echo_service(
+        "echo",
+        json!([{"name": "tcp", "port": 9000, "targetPort": 9000, "protocol": "TCP"},
+               {"name": "udp", "port": 53, "targetPort": 5353, "protocol": "UDP"}]),
+        json!({}),
+    )?;
+    let (svc, ip) = create_lb(s, &service).await?;
+    let mode = svc
+        .status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .and_then(|i| i.first())
+        .and_then(|i| i.ip_mode.clone());
+    ensure!(mode.as_deref() == Some("Proxy"), "ipMode {mode:?}");
+    ensure!(
+        pool_addresses_on_lo().contains(&format!("{ip}/32")),
+        "{ip} is not on lo: {:?}",
+        pool_addresses_on_lo()
+    );
+    let tcp = at(&ip, 9000)?;
+    ensure!(listening(tcp), "nothing listens on {tcp}");
+    let echoed = wait_for(
+        "TCP echoed through the load balancer",
+        Duration::from_secs(30),
+        || async move {
+            let answer = tcp_exchange(tcp, None, b"hello\n", Duration::from_millis(500)).await;
+            Ok(Check::when(answer == b"hello\n", (), || {
+                format!("answer {:?}", String::from_utf8_lossy(&answer))
+            }))
+        },
+    )
+    .await;
+    echoed?;
+    let udp = at(&ip, 53)?;
+    let mut pods = BTreeSet::new();
+    for _ in 0..20 {
+        if let Some(answer) = udp_exchange(udp, b"ping").await {
+            let (pod, payload) = answer.split_once(' ').unwrap_or_default();
+            ensure!(payload == "ping", "UDP answer {answer:?}");
+            pods.insert(pod.to_string());
+        }
+    }
+    ensure!(!pods.is_empty(), "no UDP answer through {udp}");
+    println!("  UDP answered by {pods:?}");
+    Ok(())
+}
+
+/// The fake's PROXY protocol annotation: the echo pod receives (and sends back) a header with the
+/// client's address and the load balancer's, version 1 then 2.
+async fn a_pod_sees_the_client_through_proxy_protocol(s: &Suite) -> anyhow::Result<()> {
+    let client: IpAddr = node_ip(3).parse()?;
+    for version in ["v1", "v2"] {
+        let name = format!("echo-proxy-{version}");
+        let service = echo_service(
+            &name,
+            json!([{"port": 9000, "targetPort": 9000}]),
+            json!({"metadata": {"annotations": {provider_fake::ANN_PROXY_PROTOCOL: version}}}),
+        )?;
+        let (_, ip) = create_lb(s, &service).await?;
+        let to = at(&ip, 9000)?;
+        let answer = wait_for(
+            &format!("an answer through {name}"),
+            Duration::from_secs(30),
+            || async move {
+                let answer =
+                    tcp_exchange(to, Some(client), b"hello\n", Duration::from_millis(500)).await;
+                Ok(Check::when(
+                    answer.ends_with(b"hello\n"),
+                    answer.clone(),
+                    || format!("{answer:?}"),
+                ))
+            },
+        )
+        .await?;
+        let header = &answer[..answer.len() - b"hello\n".len()];
+        let lb: std::net::Ipv4Addr = ip.parse()?;
+        let client_v4: std::net::Ipv4Addr = node_ip(3).parse()?;
+        match version {
+            "v1" => {
+                let line = String::from_utf8_lossy(header);
+                let prefix = format!("PROXY TCP4 {client_v4} {lb} ");
+                ensure!(
+                    line.starts_with(&prefix) && line.ends_with(" 9000\r\n"),
+                    "v1 header {line:?}"
+                );
+            }
+            _ => {
+                let mut want = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+                want.extend_from_slice(&client_v4.octets());
+                want.extend_from_slice(&lb.octets());
+                ensure!(
+                    header.len() == 28 && header.starts_with(&want),
+                    "v2 header {header:?}"
+                );
+                ensure!(
+                    header[26..28] == 9000u16.to_be_bytes(),
+                    "v2 destination port {header:?}"
+                );
+            }
+        }
+        println!("  {version}: the pod saw {client_v4} connecting to {lb}:9000");
+    }
+    Ok(())
+}
+
+/// `loadBalancerSourceRanges`: the client outside the cluster, inside the range, is served; the host is
+/// refused.
+async fn a_source_range_refuses_others(s: &Suite) -> anyhow::Result<()> {
+    let client = ExternalClient::create("rk-src")?;
+    let range = format!("{}/32", client.address());
+    let mut service = lb_service("ranged", "web", false)?;
+    if let Some(spec) = service.spec.as_mut() {
+        spec.load_balancer_source_ranges = Some(vec![range.clone()]);
+    }
+    let (_, ip) = create_lb(s, &service).await?;
+    let url = format!("http://{ip}/");
     let seen = wait_for(
-        "the ingress IP answering through node-1",
+        "the client in the range served",
         Duration::from_secs(30),
         || {
-            let seen = answers(|u| client.get(u), &url, 6);
+            let seen = answers(|u| client.get(u), &url, 4);
             async move {
                 Ok(Check::when(!seen.is_empty(), seen.clone(), || {
                     "no answer".into()
@@ -448,36 +665,258 @@ async fn local_traffic_policy_needs_a_local_endpoint(s: &Suite) -> anyhow::Resul
         },
     )
     .await?;
+    ensure!(seen.iter().all(|p| p.starts_with("web-")), "{seen:?}");
+    let from_host = answers(host_get, &url, 3);
     ensure!(
-        seen == BTreeSet::from(["local-1".to_string()]),
-        "only node-1's endpoint may answer: {seen:?}"
+        from_host.is_empty(),
+        "the host, outside {range}, was served: {from_host:?}"
     );
-    let status = health_status(&health)?;
+    let refused = traffic_of(s, "ranged").await?.refused;
+    ensure!(refused >= 3, "refused {refused}");
+    Ok(())
+}
+
+/// `sessionAffinity: ClientIP`: every connection of one client goes to one backend.
+async fn client_ip_affinity_keeps_a_backend(s: &Suite) -> anyhow::Result<()> {
+    let mut service = lb_service("sticky", "web", false)?;
+    if let Some(spec) = service.spec.as_mut() {
+        spec.session_affinity = Some("ClientIP".into());
+    }
+    let (_, ip) = create_lb(s, &service).await?;
+    let url = format!("http://{ip}/");
+    wait_for(
+        "the sticky load balancer answering",
+        Duration::from_secs(30),
+        || {
+            let seen = answers(host_get, &url, 1);
+            async move { Ok(Check::when(!seen.is_empty(), (), || "no answer".into())) }
+        },
+    )
+    .await?;
+    let before = traffic_of(s, "sticky").await?;
+    let served = answers(host_get, &url, 10).len();
+    ensure!(served > 0, "no answer");
+    let after = traffic_of(s, "sticky").await?;
+    let grew: Vec<(String, u64)> = after
+        .backends
+        .iter()
+        .map(|b| {
+            let was = before
+                .backends
+                .iter()
+                .find(|x| x.node == b.node)
+                .map_or(0, |x| x.total);
+            (b.node.clone(), b.total - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
     ensure!(
-        status == 200,
-        "node-1's health check answered {status} with a local endpoint"
+        grew.len() == 1 && grew[0].1 == 10,
+        "connections per backend: {grew:?}"
     );
     Ok(())
 }
 
-/// The HTTP status of `url` from the host (curl).
-fn health_status(url: &str) -> anyhow::Result<u16> {
-    let output = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "-m",
-            "3",
-            url,
-        ])
-        .output()?;
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0))
+/// `externalTrafficPolicy: Local`: backends are checked on the Service's `healthCheckNodePort`, and only
+/// healthy ones get connections. The one kube-proxy of the nodes is node-1's and answers on every node's
+/// address, so every backend follows node-1: no endpoint there, no connection; one there, served; the
+/// pod gone again, refused again.
+async fn local_policy_follows_the_health_check_node_port(s: &Suite) -> anyhow::Result<()> {
+    let (svc, ip) = create_lb(s, &lb_service("local", "local", true)?).await?;
+    let hc_port = svc
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.health_check_node_port)
+        .ok_or_else(|| anyhow!("no healthCheckNodePort"))?;
+    let url = format!("http://{ip}/");
+    create_pod(s, &web_pod("local-2", "local", Some(&node_name(2)))?).await?;
+    wait_pod_ready(s, "local-2").await?;
+    let health = |want: provider_fake::Health| async move {
+        wait_for(
+            &format!("every backend {want:?}"),
+            Duration::from_secs(30),
+            || async move {
+                let traffic = traffic_of(s, "local")
+                    .await
+                    .map_err(|e| ccm_e2e::HarnessError::Config(e.to_string()))?;
+                let all = traffic.health_check_port == u16::try_from(hc_port).unwrap_or(0)
+                    && !traffic.backends.is_empty()
+                    && traffic.backends.iter().all(|b| b.health == want);
+                Ok(Check::when(all, (), || format!("{:?}", traffic.backends)))
+            },
+        )
+        .await
+    };
+    health(provider_fake::Health::Unhealthy).await?;
+    ensure!(
+        answers(host_get, &url, 3).is_empty(),
+        "served without a healthy backend"
+    );
+    create_pod(s, &web_pod("local-1", "local", Some(&node_name(1)))?).await?;
+    wait_pod_ready(s, "local-1").await?;
+    health(provider_fake::Health::Healthy).await?;
+    ensure!(
+        !answers(host_get, &url, 3).is_empty(),
+        "no answer with healthy backends"
+    );
+    Api::<Pod>::namespaced(s.client.clone(), NAMESPACE)
+        .delete("local-1", &DeleteParams::default())
+        .await?;
+    health(provider_fake::Health::Unhealthy).await?;
+    ensure!(
+        answers(host_get, &url, 3).is_empty(),
+        "served after the endpoint left node-1"
+    );
+    Ok(())
+}
+
+/// A node excluded from load balancers leaves them: new connections go to the others, its open
+/// connection goes on for the drain time and is then closed.
+async fn a_backend_that_leaves_drains(s: &Suite) -> anyhow::Result<()> {
+    let service = echo_service(
+        "drain",
+        json!([{"port": 9000, "targetPort": 9000}]),
+        json!({}),
+    )?;
+    let (_, ip) = create_lb(s, &service).await?;
+    let to = at(&ip, 9000)?;
+    wait_for(
+        "the drain load balancer answering",
+        Duration::from_secs(30),
+        || async move {
+            let answer = tcp_exchange(to, None, b"x", Duration::from_millis(300)).await;
+            Ok(Check::when(answer == b"x", (), || format!("{answer:?}")))
+        },
+    )
+    .await?;
+    // The connections of that wait have closed: one connection open now is the only one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut open = TcpStream::connect(to).await?;
+    open.write_all(b"one\n").await?;
+    ensure!(
+        read_until_quiet(&mut open, Duration::from_millis(500)).await == b"one\n",
+        "no echo"
+    );
+    let traffic = traffic_of(s, "drain").await?;
+    let node = traffic
+        .backends
+        .iter()
+        .find(|b| b.active == 1)
+        .map(|b| b.node.clone())
+        .ok_or_else(|| anyhow!("no backend carries the connection: {:?}", traffic.backends))?;
+    let nodes: Api<Node> = Api::all(s.client.clone());
+    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    nodes
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&exclude),
+        )
+        .await?;
+    let left = Instant::now();
+    wait_for(
+        &format!("{node} draining"),
+        Duration::from_secs(30),
+        || async {
+            let traffic = traffic_of(s, "drain")
+                .await
+                .map_err(|e| ccm_e2e::HarnessError::Config(e.to_string()))?;
+            let draining = traffic
+                .backends
+                .iter()
+                .any(|b| b.node == node && b.draining && b.active == 1);
+            Ok(Check::when(draining, (), || {
+                format!("{:?}", traffic.backends)
+            }))
+        },
+    )
+    .await?;
+    let before: u64 = traffic_of(s, "drain")
+        .await?
+        .backends
+        .iter()
+        .filter(|b| b.node == node)
+        .map(|b| b.total)
+        .sum();
+    for _ in 0..4 {
+        ensure!(
+            tcp_exchange(to, None, b"x", Duration::from_millis(300)).await == b"x",
+            "a new connection failed"
+        );
+    }
+    let after: u64 = traffic_of(s, "drain")
+        .await?
+        .backends
+        .iter()
+        .filter(|b| b.node == node)
+        .map(|b| b.total)
+        .sum();
+    ensure!(
+        after == before,
+        "the draining {node} got new connections ({before} -> {after})"
+    );
+    open.write_all(b"two\n").await?;
+    ensure!(
+        read_until_quiet(&mut open, Duration::from_millis(500)).await == b"two\n",
+        "the draining connection stopped early"
+    );
+    let mut buf = [0u8; 16];
+    let end =
+        tokio::time::timeout(Duration::from_secs(DRAIN_SECONDS + 10), open.read(&mut buf)).await;
+    ensure!(
+        matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection outlived the drain: {end:?}"
+    );
+    println!(
+        "  closed {:?} after its node left (drain {DRAIN_SECONDS} s)",
+        left.elapsed()
+    );
+    let include = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": null}}});
+    nodes
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&include),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A Service deleted: once the CCM has let it go (its finalizer removed), the load balancer's listeners are
+/// closed and its address is off `lo`.
+async fn a_deleted_service_frees_its_address(s: &Suite) -> anyhow::Result<()> {
+    let traffic = traffic_of(s, "echo-proxy-v1").await?;
+    let to = at(&traffic.address, 9000)?;
+    let services: Api<Service> = Api::namespaced(s.client.clone(), NAMESPACE);
+    services
+        .delete("echo-proxy-v1", &DeleteParams::default())
+        .await?;
+    wait_for("the Service gone", Duration::from_secs(30), || {
+        let services = services.clone();
+        async move {
+            let gone = services
+                .get_opt("echo-proxy-v1")
+                .await
+                .map_err(|e| ccm_e2e::HarnessError::kube("get service", e))?
+                .is_none();
+            Ok(Check::when(gone, (), || "still there".into()))
+        }
+    })
+    .await?;
+    ensure!(
+        traffic_of(s, "echo-proxy-v1").await.is_err(),
+        "the load balancer still runs"
+    );
+    // (A connection attempt proves nothing here: once the address is off lo, the host's default route
+    // may lead to a network that accepts any connection.)
+    ensure!(!listening(to), "a socket still listens on {to}");
+    let on_lo = pool_addresses_on_lo();
+    ensure!(
+        !on_lo.contains(&format!("{}/32", traffic.address)),
+        "{} still on lo: {on_lo:?}",
+        traffic.address
+    );
+    Ok(())
 }
 
 async fn wait_node(
@@ -612,6 +1051,42 @@ async fn the_last_machine_of_a_one_node_cluster_is_deleted(s: &Suite) -> anyhow:
     Ok(())
 }
 
+/// The Services deleted: the CCM stops every load balancer and removes every address it added to `lo`.
+async fn every_load_balancer_deleted(s: &Suite) -> anyhow::Result<()> {
+    let services: Api<Service> = Api::namespaced(s.client.clone(), NAMESPACE);
+    for name in [
+        "web",
+        "local",
+        "echo",
+        "echo-proxy-v2",
+        "ranged",
+        "sticky",
+        "drain",
+    ] {
+        let _ = services.delete(name, &DeleteParams::default()).await;
+    }
+    wait_for(
+        "no load balancer running",
+        Duration::from_secs(60),
+        || async {
+            let running = s
+                .h()
+                .map_err(|e| ccm_e2e::HarnessError::Config(e.to_string()))?
+                .admin()
+                .load_balancer_traffic()
+                .await?;
+            let names: Vec<String> = running.into_iter().map(|b| b.service).collect();
+            Ok(Check::when(names.is_empty(), (), || {
+                format!("running: {names:?}")
+            }))
+        },
+    )
+    .await?;
+    let left = pool_addresses_on_lo();
+    ensure!(left.is_empty(), "addresses left on lo: {left:?}");
+    Ok(())
+}
+
 async fn run_case<F, Fut>(name: &str, failures: &mut Vec<String>, case: F)
 where
     F: FnOnce() -> Fut,
@@ -670,7 +1145,7 @@ async fn real_nodes() {
     };
     let local = LocalOptions {
         replicas: 1,
-        cloud_config: cloud_config(NODES, Some(MISMATCHED)),
+        cloud_config: data_path_cloud_config(NODES, Some(MISMATCHED)),
         ..LocalOptions::default()
     };
     s.harness = Some(Harness::start(config, local).await.expect("the CCM starts"));
@@ -705,10 +1180,38 @@ async fn real_nodes() {
     )
     .await;
     run_case(
-        "externalTrafficPolicy: Local needs a local endpoint",
+        "TCP and UDP through the ingress address",
         &mut failures,
-        || local_traffic_policy_needs_a_local_endpoint(&s),
+        || tcp_and_udp_through_the_ingress_address(&s),
     )
+    .await;
+    run_case(
+        "a pod sees the client through PROXY protocol",
+        &mut failures,
+        || a_pod_sees_the_client_through_proxy_protocol(&s),
+    )
+    .await;
+    run_case("a source range refuses others", &mut failures, || {
+        a_source_range_refuses_others(&s)
+    })
+    .await;
+    run_case("ClientIP affinity keeps a backend", &mut failures, || {
+        client_ip_affinity_keeps_a_backend(&s)
+    })
+    .await;
+    run_case(
+        "externalTrafficPolicy: Local follows the health check node port",
+        &mut failures,
+        || local_policy_follows_the_health_check_node_port(&s),
+    )
+    .await;
+    run_case("a backend that leaves drains", &mut failures, || {
+        a_backend_that_leaves_drains(&s)
+    })
+    .await;
+    run_case("a deleted Service frees its address", &mut failures, || {
+        a_deleted_service_frees_its_address(&s)
+    })
     .await;
     run_case(
         "a restarted kubelet keeps what the CCM set",
@@ -735,10 +1238,14 @@ async fn real_nodes() {
     )
     .await;
 
-    let services: Api<Service> = Api::namespaced(s.client.clone(), NAMESPACE);
-    for name in ["web", "local"] {
-        let _ = services.delete(name, &DeleteParams::default()).await;
-    }
+    run_case(
+        "every load balancer deleted, every address off lo",
+        &mut failures,
+        || every_load_balancer_deleted(&s),
+    )
+    .await;
+    // Whatever a failed case left on lo.
+    remove_pool_addresses();
     if !failures.is_empty() {
         let logs = s
             .harness

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::spec::{BackendSpec, Policy};
@@ -18,7 +18,7 @@ use super::spec::{BackendSpec, Policy};
 const AFFINITY_SWEEP_AT: usize = 4096;
 
 /// What health checks say of a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     /// Not checked yet: receives no traffic.
@@ -125,7 +125,7 @@ impl Drop for ConnectionGuard {
 }
 
 /// A backend as the admin API reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendStatus {
     /// The node.

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use cloud_provider::CloudError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
@@ -19,7 +19,7 @@ use super::{health, tcp, udp};
 use crate::config::DataPathConfig;
 
 /// A load balancer as the admin API reports its data path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BalancerStatus {
     /// The load balancer's cloud name.
@@ -158,6 +158,19 @@ impl Balancer {
             backends: self.traffic.backends.status(),
             refused: self.traffic.refused(),
             rejected: self.traffic.rejected(),
+        }
+    }
+}
+
+impl Balancer {
+    /// Stops the load balancer and returns once its listeners are closed (their sockets dropped) and its
+    /// connections told to close.
+    pub(crate) async fn shutdown(mut self) {
+        let listeners = std::mem::take(&mut self.listeners);
+        drop(self);
+        for task in listeners.into_values() {
+            task.abort();
+            let _ = task.await;
         }
     }
 }

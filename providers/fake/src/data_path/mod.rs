@@ -102,7 +102,7 @@ impl DataPath {
             }
             Some(old) => {
                 let old_address = old.spec().address;
-                drop(old);
+                old.shutdown().await;
                 self.release_address(old_address).await;
                 self.claim_address(spec.address).await?;
                 Balancer::start(spec, &self.config).await?
@@ -136,13 +136,14 @@ impl DataPath {
         .await
     }
 
-    /// Stops the load balancer of `service`: its listeners and connections close, its address is freed.
+    /// Stops the load balancer of `service` and returns once its listeners are closed, its connections
+    /// told to close and its address freed.
     pub(crate) async fn remove(&self, service: &Service) {
         let name = default_load_balancer_name(service);
         let removed = self.balancers.lock().remove(&name);
         if let Some(balancer) = removed {
             let address = balancer.spec().address;
-            drop(balancer);
+            balancer.shutdown().await;
             self.release_address(address).await;
             tracing::info!(load_balancer = %name, %address, "fake data path: load balancer stopped");
         }
