@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Runs the end-to-end suite (test/e2e, "existing nodes" mode) against a kind cluster whose
 # kubelets and kube-controller-manager use --cloud-provider=external, with the CCM deployed
-# from the kustomize overlay deploy/overlays/kind (the fake provider, two replicas).
+# from the kustomize overlay deploy/overlays/kind (the fake provider, two replicas). Then the fake
+# load balancers' data path, as cloud-provider-kind users reach their Services, in its two modes:
+#   - in the cluster: deploy/overlays/kind-daemonset with deploy/components/fake-data-path (ingress
+#     addresses added to the control-plane node's eth0 on the kind network);
+#   - on the host: the daemon run here with kind's kubeconfig (ingress addresses on loopback);
+# each time `curl` from this host must reach a pod through a LoadBalancer Service's ingress address.
 #
 #   hack/e2e-kind.sh            create the cluster, deploy, test, collect logs, delete the cluster
 #   KEEP_CLUSTER=1 hack/e2e-kind.sh   keep the cluster afterwards
@@ -25,10 +30,12 @@ mkdir -p "$artifacts"
 kubeconfig="$artifacts/kubeconfig"
 export KUBECONFIG="$kubeconfig"
 forward_pid=""
+host_ccm_pid=""
 
 cleanup() {
   status=$?
   [ -n "$forward_pid" ] && kill "$forward_pid" 2>/dev/null || true
+  [ -n "$host_ccm_pid" ] && kill "$host_ccm_pid" 2>/dev/null || true
   echo "--- collecting logs into $artifacts"
   kubectl -n kube-system logs -l app.kubernetes.io/name=cloud-controller-manager --all-containers --prefix --tail=-1 \
     >"$artifacts/cloud-controller-manager.log" 2>&1 || true
@@ -73,3 +80,64 @@ E2E_MODE=existing \
 E2E_FAKE_ADMIN="http://127.0.0.1:$admin_port" \
 E2E_CCM_NAMESPACE=kube-system \
   cargo test --locked --all-features -p ccm-e2e -- --nocapture --test-threads=1
+
+# --- the data path: a LoadBalancer Service that answers from this host
+# Waits for the ingress address of Service web and for a pod's name at http://ADDRESS:PORT/hostname.
+curl_through_load_balancer() {
+  local mode=$1 port=$2 ip="" answer=""
+  for _ in $(seq 1 90); do
+    ip=$(kubectl get service web -o jsonpath='{.status.loadBalancer.ingress[0].ip}' 2>/dev/null || true)
+    [ -n "$ip" ] && break
+    sleep 2
+  done
+  [ -n "$ip" ] || fail "$mode: Service web got no ingress address"
+  for _ in $(seq 1 60); do
+    answer=$(curl -s -m 3 "http://$ip:$port/hostname" || true)
+    case "$answer" in web-*) break ;; esac
+    sleep 2
+  done
+  case "$answer" in
+    web-*) echo "$mode: curl http://$ip:$port/hostname answered $answer" ;;
+    *) fail "$mode: curl http://$ip:$port/hostname answered '${answer}'" ;;
+  esac
+}
+
+echo "--- the data path in the cluster (kind-daemonset + fake-data-path)"
+kubectl delete -k deploy/overlays/kind --wait=true
+subnet=$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' | tr ' ' '\n' | grep -m1 '\.')
+# The top /29 of the kind network: docker hands out addresses from the bottom.
+pool=$(python3 -c 'import ipaddress, sys; n = ipaddress.ip_network(sys.argv[1]); print(f"{n.broadcast_address - 7}/29")' "$subnet")
+overlay="$artifacts/data-path"
+mkdir -p "$overlay"
+deploy=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$PWD/deploy" "$overlay")
+sed "s#loadBalancerCIDR: .*#loadBalancerCIDR: $pool#" deploy/components/fake-data-path/cloud-config.yaml >"$overlay/cloud-config.yaml"
+cat >"$overlay/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $deploy/overlays/kind-daemonset
+components:
+  - $deploy/components/fake-data-path
+patches:
+  - path: cloud-config.yaml
+EOF
+kubectl apply -k "$overlay"
+kubectl -n kube-system rollout status daemonset/cloud-controller-manager --timeout=180s
+kubectl create deployment web --image=registry.k8s.io/e2e-test-images/agnhost:2.53 --replicas=2 \
+  -- /agnhost netexec --http-port=8080
+kubectl rollout status deployment/web --timeout=180s
+kubectl expose deployment web --type=LoadBalancer --port=80 --target-port=8080
+curl_through_load_balancer "in the cluster (pool $pool on the control-plane node's eth0)" 80
+kubectl delete service web --wait=true
+
+echo "--- the data path on the host (the daemon beside the kind cluster)"
+kubectl delete -k "$overlay" --wait=true
+cargo build --locked --features fake -p cloud-controller-manager
+printf 'clusterID: kind\ndataPath: true\n' >"$artifacts/host-cloud-config.yaml"
+# Front-end port 8080: a port below 1024 would need root or CAP_NET_BIND_SERVICE here.
+target/debug/cloud-controller-manager --cloud-provider=fake --cloud-config="$artifacts/host-cloud-config.yaml" \
+  --kubeconfig="$kubeconfig" --leader-elect=false --secure-port=0 --controllers=service \
+  >"$artifacts/host-ccm.log" 2>&1 &
+host_ccm_pid=$!
+kubectl expose deployment web --type=LoadBalancer --port=8080 --target-port=8080
+curl_through_load_balancer "on the host (pool 127.240.0.0/24 on loopback)" 8080

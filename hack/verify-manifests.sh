@@ -56,10 +56,11 @@ chart_cases=(
   "helm-fake                    fake          deployment  -                                                        -             system-cluster-critical  mode=Deployment,cloudConfig=clusterID: helm"
   "helm-fake-daemonset          fake          daemonset   -                                                        -             system-node-critical     hostNetworking=true,cloudConfig=clusterID: helm"
 )
-# Optional components, checked on top of an overlay: component  overlay  RBAC file it adds  argument it adds
+# Optional components, checked on top of an overlay: component  overlay  RBAC file it adds  argument it adds ("-": none)
 compositions=(
-  "service-account-credentials  kind          deploy/components/service-account-credentials/rbac.yaml  --use-service-account-credentials=true"
-  "admission-webhook            digitalocean  -                                                        --webhooks=lb-service"
+  "service-account-credentials  kind            deploy/components/service-account-credentials/rbac.yaml  --use-service-account-credentials=true"
+  "admission-webhook            digitalocean    -                                                        --webhooks=lb-service"
+  "fake-data-path               kind-daemonset  -                                                        -"
 )
 
 # --- tools
@@ -171,7 +172,9 @@ EOF
   [ "$secrets" != - ] && secrets_json="[\"$secrets\"]"
   webhook=false
   [ "$arg" = --webhooks=lb-service ] && webhook=true
-  specs+=("{\"name\":\"deploy/overlays/$overlay + components/$component\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$base_rbac" "$rbac"),\"external_secrets\":$secrets_json,\"args\":[\"$arg\"],\"webhook\":$webhook}")
+  args_json="[]"
+  [ "$arg" != - ] && args_json="[\"$arg\"]"
+  specs+=("{\"name\":\"deploy/overlays/$overlay + components/$component\",\"rendered\":\"$work/$name.json\",\"provider\":\"$provider\",\"mode\":\"$mode\",\"rbac\":$(rbac_specs "$base_rbac" "$rbac"),\"external_secrets\":$secrets_json,\"args\":$args_json,\"webhook\":$webhook}")
 done
 
 echo "--- the Helm chart"

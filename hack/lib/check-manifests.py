@@ -276,6 +276,25 @@ class Case:
         self.check_args(where, container)
         self.check_serving(where, container, labels, by_kind)
         self.check_references(where, pod, container, by_kind)
+        self.check_data_path_privileges(where, pod, container, by_kind)
+
+    def check_data_path_privileges(self, where, pod, container, by_kind):
+        """A fake cloud-config whose data path adds addresses to an interface needs a root container with
+        NET_ADMIN (and NET_BIND_SERVICE for ports below 1024) in the host network."""
+        configs = [value for cm in by_kind.get("ConfigMap", {}).values()
+                   for value in (cm.get("data") or {}).values()]
+        if not any(re.search(r"^dataPath:\s*$", v, re.M) and re.search(r"^\s+interface:", v, re.M)
+                   for v in configs):
+            return
+        added = set(((container.get("securityContext") or {}).get("capabilities") or {}).get("add") or [])
+        for capability in ("NET_ADMIN", "NET_BIND_SERVICE"):
+            if capability not in added:
+                self.fail(f"{where}: the data path's interface needs the capability {capability}")
+        security = pod.get("securityContext") or {}
+        if security.get("runAsUser") != 0 or security.get("runAsNonRoot") is not False:
+            self.fail(f"{where}: capabilities take effect for root only: runAsUser 0, runAsNonRoot false")
+        if pod.get("hostNetwork") is not True:
+            self.fail(f"{where}: ingress addresses on an interface the host reaches need hostNetwork: true")
 
     def check_args(self, where, container):
         if container.get("command"):

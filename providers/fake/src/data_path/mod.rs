@@ -18,6 +18,7 @@
 mod backends;
 mod balancer;
 mod health;
+mod interface;
 mod proxy_protocol;
 mod spec;
 mod tcp;
@@ -160,46 +161,23 @@ impl DataPath {
 
     /// Adds `address` to the configured interface, if any.
     async fn claim_address(&self, address: IpAddr) -> Result<(), CloudError> {
-        let Some(interface) = &self.config.interface else {
+        let Some(name) = &self.config.interface else {
             return Ok(());
         };
-        match ip_address("add", address, interface).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.contains("File exists") => Ok(()),
-            Err(e) => Err(CloudError::provider(format!(
-                "adding load-balancer address {address} to {interface}: {e}"
-            ))),
-        }
+        interface::add(name, address).await.map_err(|e| {
+            CloudError::provider(format!(
+                "adding load-balancer address {address} to {name}: {e}"
+            ))
+        })
     }
 
     /// Removes `address` from the configured interface, if any (a failure is logged: the address is free
     /// in the cloud either way).
     async fn release_address(&self, address: IpAddr) {
-        if let Some(interface) = &self.config.interface
-            && let Err(e) = ip_address("del", address, interface).await
+        if let Some(name) = &self.config.interface
+            && let Err(e) = interface::remove(name, address).await
         {
-            tracing::warn!(%address, %interface, error = %e, "fake data path: removing the address failed");
+            tracing::warn!(%address, interface = %name, error = %e, "fake data path: removing the address failed");
         }
-    }
-}
-
-/// `ip address ACTION ADDRESS/32 dev INTERFACE` (/128 for IPv6); the error is the command's message.
-async fn ip_address(action: &str, address: IpAddr, interface: &str) -> Result<(), String> {
-    let prefix = if address.is_ipv4() { 32 } else { 128 };
-    let output = tokio::process::Command::new("ip")
-        .args([
-            "address",
-            action,
-            &format!("{address}/{prefix}"),
-            "dev",
-            interface,
-        ])
-        .output()
-        .await
-        .map_err(|e| format!("running ip: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
     }
 }
