@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build build-arm64 test test-arm64 test-realkube test-real-nodes real-nodes-deps test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale fuzz fmt fmt-check lint clean
+.PHONY: help build build-arm64 test test-arm64 test-realkube test-real-nodes real-nodes-deps test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale bench-lb-traffic fuzz fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -77,6 +77,10 @@ bench: ## Whole-process benchmarks of the release daemon, side by side with upst
 bench-scale: ## The scale benchmarks: 100,000 nodes (e, e-start, e-pass) and 10,000 load balancers (f); about 12 minutes.
 	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
 	$(CARGO) run --release --locked -p ccm-bench -- --scenario scale
+
+bench-lb-traffic: ## The fake load balancers' data path: connections per second and throughput through one, against the node port directly.
+	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
+	$(CARGO) run --release --locked -p ccm-bench -- --scenario lb-traffic
 
 # make test replays every committed corpus through its target (test/fuzz/tests/corpus.rs), without libFuzzer.
 fuzz: ## Fuzz every parser that reads outside input, FUZZ_SECONDS (600) per target (cargo-fuzz; test/fuzz/README.md).
