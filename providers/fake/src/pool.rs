@@ -15,6 +15,23 @@ pub struct Cidr {
 impl Cidr {
     /// Parses `a.b.c.d/n` or `x::y/n`; host bits must be zero.
     pub fn parse(s: &str) -> Result<Self, String> {
+        let cidr = Self::parse_unmasked(s)?;
+        if cidr.base & cidr.host_mask() != 0 {
+            return Err(format!("{s:?} has host bits set"));
+        }
+        Ok(cidr)
+    }
+
+    /// Parses like [`Cidr::parse`] (surrounding spaces allowed) but clears host bits instead of refusing
+    /// them, as Kubernetes reads `loadBalancerSourceRanges` (`10.0.0.5/8` is `10.0.0.0/8`).
+    pub fn parse_masked(s: &str) -> Result<Self, String> {
+        let mut cidr = Self::parse_unmasked(s.trim())?;
+        cidr.base &= !cidr.host_mask();
+        Ok(cidr)
+    }
+
+    /// The address and prefix length of `s`, host bits as written.
+    fn parse_unmasked(s: &str) -> Result<Self, String> {
         let (addr, prefix) = s
             .split_once('/')
             .ok_or_else(|| format!("{s:?} is not a CIDR (address/prefix)"))?;
@@ -24,42 +41,17 @@ impl Cidr {
         let prefix: u8 = prefix
             .parse()
             .map_err(|_| format!("{s:?} is not a CIDR: bad prefix length {prefix:?}"))?;
-        let (base, bits, v6) = match ip {
-            IpAddr::V4(a) => (u128::from(u32::from(a)), 32u8, false),
-            IpAddr::V6(a) => (u128::from(a), 128u8, true),
-        };
-        if prefix > bits {
-            return Err(format!("{s:?} is not a CIDR: prefix length above {bits}"));
-        }
-        let cidr = Cidr { base, prefix, v6 };
-        if base & cidr.host_mask() != 0 {
-            return Err(format!("{s:?} has host bits set"));
-        }
-        Ok(cidr)
-    }
-
-    /// Parses like [`Cidr::parse`] but clears host bits instead of refusing them, as Kubernetes reads
-    /// `loadBalancerSourceRanges` (`10.0.0.5/8` is `10.0.0.0/8`).
-    pub fn parse_masked(s: &str) -> Result<Self, String> {
-        let trimmed = s.trim();
-        let (addr, prefix) = trimmed
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a CIDR (address/prefix)"))?;
-        let ip: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{s:?} is not a CIDR: bad address {addr:?}"))?;
-        let bits = if ip.is_ipv4() { 32 } else { 128 };
-        let prefix_len: u8 = prefix
-            .parse()
-            .ok()
-            .filter(|p| *p <= bits)
-            .ok_or_else(|| format!("{s:?} is not a CIDR: bad prefix length {prefix:?}"))?;
-        let mut cidr = Cidr {
+        let cidr = Cidr {
             base: Self::to_num(ip),
-            prefix: prefix_len,
+            prefix,
             v6: ip.is_ipv6(),
         };
-        cidr.base &= !cidr.host_mask();
+        if prefix > cidr.bits() {
+            return Err(format!(
+                "{s:?} is not a CIDR: prefix length above {}",
+                cidr.bits()
+            ));
+        }
         Ok(cidr)
     }
 

@@ -1032,6 +1032,59 @@ async fn two_of_three_terminated_machines_are_deleted(s: &Suite) -> anyhow::Resu
     Ok(())
 }
 
+/// The Nodes of the terminated machines are gone: every load balancer's backends are node-1 alone (the
+/// deleted ones at most draining, never chosen), and the web Service still answers through it.
+async fn deleted_nodes_leave_the_load_balancers(s: &Suite) -> anyhow::Result<()> {
+    let kept = node_name(1);
+    wait_for(
+        "only node-1 behind every load balancer",
+        Duration::from_secs(30),
+        || async {
+            let admin = s
+                .h()
+                .map_err(|e| ccm_e2e::HarnessError::Config(e.to_string()))?
+                .admin();
+            let running = admin.load_balancer_traffic().await?;
+            let wrong: Vec<(String, Vec<String>)> = running
+                .iter()
+                .map(|b| {
+                    let current = b
+                        .backends
+                        .iter()
+                        .filter(|x| !x.draining)
+                        .map(|x| x.node.clone());
+                    (b.service.clone(), current.collect::<Vec<_>>())
+                })
+                .filter(|(_, nodes)| nodes != std::slice::from_ref(&kept))
+                .collect();
+            Ok(Check::when(
+                !running.is_empty() && wrong.is_empty(),
+                (),
+                || format!("{wrong:?}"),
+            ))
+        },
+    )
+    .await?;
+    let before = traffic_of(s, "web").await?;
+    let url = format!("http://{}/", before.address);
+    let served = answers(host_get, &url, 4);
+    ensure!(!served.is_empty(), "web no longer answers");
+    let after = traffic_of(s, "web").await?;
+    for backend in after.backends.iter().filter(|b| b.node != kept) {
+        let was = before
+            .backends
+            .iter()
+            .find(|b| b.node == backend.node)
+            .map_or(0, |b| b.total);
+        ensure!(
+            backend.total == was,
+            "the deleted {} got new connections",
+            backend.node
+        );
+    }
+    Ok(())
+}
+
 async fn the_last_machine_of_a_one_node_cluster_is_deleted(s: &Suite) -> anyhow::Result<()> {
     let name = node_name(1);
     s.cluster.stop_kubelet(&name).await?;
@@ -1229,6 +1282,12 @@ async fn real_nodes() {
         "two of three terminated machines are deleted",
         &mut failures,
         || two_of_three_terminated_machines_are_deleted(&s),
+    )
+    .await;
+    run_case(
+        "deleted nodes leave the load balancers",
+        &mut failures,
+        || deleted_nodes_leave_the_load_balancers(&s),
     )
     .await;
     run_case(

@@ -105,16 +105,23 @@ impl DataPath {
                 let old_address = old.spec().address;
                 old.shutdown().await;
                 self.release_address(old_address).await;
-                self.claim_address(spec.address).await?;
-                Balancer::start(spec, &self.config).await?
+                self.start(spec).await?
             }
-            None => {
-                self.claim_address(spec.address).await?;
-                Balancer::start(spec, &self.config).await?
-            }
+            None => self.start(spec).await?,
         };
         self.balancers.lock().insert(name, balancer);
         Ok(())
+    }
+
+    /// Claims the address of `spec` and starts its load balancer; on failure the address is given back.
+    async fn start(&self, spec: BalancerSpec) -> Result<Balancer, CloudError> {
+        let address = spec.address;
+        self.claim_address(address).await?;
+        let started = Balancer::start(spec, &self.config).await;
+        if started.is_err() {
+            self.release_address(address).await;
+        }
+        started
     }
 
     /// Gives the running load balancer of `service` these backends (nothing when it does not run: its next
