@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use crate::admin::{self, AdminError};
 use crate::config::{ConfigError, FakeConfig, PROVIDER_NAME};
 use crate::control::FakeControl;
-use crate::data_path::DataPath;
+use crate::data_path::{Change, DataPath};
 use crate::faults::stable_hash;
 use crate::shared::Shared;
 use crate::state::{Injected, InstanceRecord, PowerState, State};
@@ -55,6 +55,7 @@ pub struct FakeCloud {
 impl FakeCloud {
     /// Builds a cloud from a configuration (validated here).
     pub fn new(mut config: FakeConfig) -> std::result::Result<Self, ConfigError> {
+        config.use_data_path_pool();
         config.validate()?;
         config.zones = Some(config.effective_zones());
         let state = State::new(&config)?;
@@ -497,9 +498,8 @@ impl LoadBalancer for FakeCloud {
                 .lock()
                 .lb_address(service)
                 .ok_or_else(|| CloudError::provider("the load balancer has no address"))?;
-            data_path
-                .apply(data_path.spec(address, service, nodes)?)
-                .await?;
+            let spec = data_path.spec(address, service, nodes)?;
+            self.on_data_path(Change::Apply(spec)).await?;
         }
         Ok(status)
     }
@@ -525,8 +525,9 @@ impl LoadBalancer for FakeCloud {
         })
         .await?;
         self.shared.state.lock().update_lb(service, nodes)?;
-        if let Some(data_path) = &self.shared.data_path {
-            data_path.update_backends(service, nodes).await?;
+        if self.shared.data_path.is_some() {
+            self.on_data_path(Change::Backends(service.clone(), nodes.to_vec()))
+                .await?;
         }
         Ok(())
     }
@@ -541,15 +542,29 @@ impl LoadBalancer for FakeCloud {
             service_name(service)
         })
         .await?;
-        self.shared.state.lock().delete_lb(service)?;
-        if let Some(data_path) = &self.shared.data_path {
-            data_path.remove(service).await;
+        // Listeners first: the address goes back to the pool only once nothing listens on it.
+        if self.shared.data_path.is_some() {
+            self.on_data_path(Change::Remove(service.clone())).await?;
         }
-        Ok(())
+        self.shared.state.lock().delete_lb(service)
     }
 }
 
 impl FakeCloud {
+    /// Runs `change` on the data path in a task of its own and waits for it: a caller that gives up (a
+    /// cloud-call timeout drops its future) does not leave a load balancer half changed.
+    async fn on_data_path(&self, change: Change) -> Result<()> {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            match &shared.data_path {
+                Some(data_path) => data_path.change(change).await,
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| CloudError::provider(format!("the data path's task failed: {e}")))?
+    }
+
     /// Whether the data path (if on) already runs what `service` and `nodes` ask of the load balancer on
     /// `address`; a Service it cannot carry is an error.
     fn data_path_is_current(

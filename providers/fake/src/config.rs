@@ -165,7 +165,11 @@ pub struct FakeConfig {
     pub precise_latency: bool,
     /// Load balancers that carry traffic: `dataPath: true`, or the options of [`DataPathConfig`] (off by
     /// default: a load balancer is then only a record with an address).
-    #[serde(default, skip_serializing_if = "DataPathConfig::is_off")]
+    #[serde(
+        default,
+        skip_serializing_if = "DataPathConfig::is_off",
+        deserialize_with = "DataPathConfig::from_bool_or_options"
+    )]
     pub data_path: DataPathConfig,
 }
 
@@ -173,14 +177,21 @@ pub struct FakeConfig {
 /// loopback addresses, which every Linux host has without configuration.
 pub const DEFAULT_DATA_PATH_CIDR: &str = "127.240.0.0/24";
 
+/// The most connections and flows one load balancer may be configured to carry.
+const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
+
 /// The data path of the fake cloud's load balancers: each listens on its ingress address, for each Service
 /// port, and forwards to the backends' `NodeIP:NodePort` (`dataPath: true` for the defaults).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    rename_all = "camelCase",
+    deny_unknown_fields,
+    default = "DataPathConfig::enabled_by_default"
+)]
 pub struct DataPathConfig {
     /// Whether load balancers carry traffic.
     pub enabled: bool,
-    /// An interface to add each ingress address to (as a /32 or /128, with `ip address add`; needs
+    /// An interface to add each ingress address to (as a /32 or /128, over rtnetlink; needs
     /// `CAP_NET_ADMIN`) and to remove it from when the load balancer goes. Without one, the addresses must
     /// already be local: a loopback range, or a pool with a `local` route.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +263,12 @@ impl DataPathConfig {
                 ));
             }
         }
+        if self.max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(ConfigError::invalid(
+                "dataPath.maxConnections",
+                format!("must be at most {MAX_CONNECTIONS_LIMIT}"),
+            ));
+        }
         if let Some(interface) = &self.interface
             && (interface.is_empty()
                 || !interface
@@ -267,24 +284,19 @@ impl DataPathConfig {
     }
 }
 
-/// `dataPath` is a boolean or a mapping of options (whose `enabled` defaults to true).
-impl<'de> Deserialize<'de> for DataPathConfig {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
-        struct Options {
-            #[serde(default = "default_true")]
-            enabled: bool,
-            interface: Option<String>,
-            drain_seconds: Option<u64>,
-            max_connections: Option<usize>,
-            kube_proxy_health_port: Option<u16>,
-            health_check_interval_millis: Option<u64>,
-            health_check_timeout_millis: Option<u64>,
-            healthy_threshold: Option<u32>,
-            unhealthy_threshold: Option<u32>,
-            udp_idle_seconds: Option<u64>,
+impl DataPathConfig {
+    /// The options a `dataPath` mapping starts from: the defaults, enabled.
+    fn enabled_by_default() -> DataPathConfig {
+        DataPathConfig {
+            enabled: true,
+            ..DataPathConfig::default()
         }
+    }
+
+    /// `dataPath` is a boolean, or a mapping of options whose `enabled` defaults to true.
+    fn from_bool_or_options<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<DataPathConfig, D::Error> {
         struct Form;
         impl<'de> serde::de::Visitor<'de> for Form {
             type Value = DataPathConfig;
@@ -301,26 +313,7 @@ impl<'de> Deserialize<'de> for DataPathConfig {
                 self,
                 map: A,
             ) -> Result<Self::Value, A::Error> {
-                let o = Options::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                let d = DataPathConfig::default();
-                Ok(DataPathConfig {
-                    enabled: o.enabled,
-                    interface: o.interface,
-                    drain_seconds: o.drain_seconds.unwrap_or(d.drain_seconds),
-                    max_connections: o.max_connections.unwrap_or(d.max_connections),
-                    kube_proxy_health_port: o
-                        .kube_proxy_health_port
-                        .unwrap_or(d.kube_proxy_health_port),
-                    health_check_interval_millis: o
-                        .health_check_interval_millis
-                        .unwrap_or(d.health_check_interval_millis),
-                    health_check_timeout_millis: o
-                        .health_check_timeout_millis
-                        .unwrap_or(d.health_check_timeout_millis),
-                    healthy_threshold: o.healthy_threshold.unwrap_or(d.healthy_threshold),
-                    unhealthy_threshold: o.unhealthy_threshold.unwrap_or(d.unhealthy_threshold),
-                    udp_idle_seconds: o.udp_idle_seconds.unwrap_or(d.udp_idle_seconds),
-                })
+                DataPathConfig::deserialize(serde::de::value::MapAccessDeserializer::new(map))
             }
         }
         deserializer.deserialize_any(Form)
@@ -577,11 +570,18 @@ impl FakeConfig {
         } else {
             cloud_provider::cloud_config_yaml::parse(text.as_bytes()).map_err(ConfigError::Parse)?
         };
-        if config.data_path.enabled && config.load_balancer_cidr == DEFAULT_LOAD_BALANCER_CIDR {
-            config.load_balancer_cidr = DEFAULT_DATA_PATH_CIDR.to_string();
-        }
+        config.use_data_path_pool();
         config.validate()?;
         Ok(config)
+    }
+
+    /// With the data path on, a pool left at the default (or set to it) becomes [`DEFAULT_DATA_PATH_CIDR`]:
+    /// the default pool routes nowhere, and a load balancer that carries traffic needs addresses the host
+    /// has.
+    pub fn use_data_path_pool(&mut self) {
+        if self.data_path.enabled && self.load_balancer_cidr == DEFAULT_LOAD_BALANCER_CIDR {
+            self.load_balancer_cidr = DEFAULT_DATA_PATH_CIDR.to_string();
+        }
     }
 
     /// The zones in effect (the configured ones or the defaults derived from the region).

@@ -85,7 +85,10 @@ pub async fn run(settings: &RunSettings, dir: &Path) -> anyhow::Result<String> {
                 daemon.log_tail(20)
             )
         })?;
-    let (lb_echo, lb_sink) = (SocketAddr::new(ingress, 80), SocketAddr::new(ingress, 81));
+    let (lb_echo, lb_sink) = (
+        SocketAddr::new(ingress, 8080),
+        SocketAddr::new(ingress, 8081),
+    );
     wait_answering(lb_echo).await?;
 
     let direct = measure(
@@ -94,10 +97,8 @@ pub async fn run(settings: &RunSettings, dir: &Path) -> anyhow::Result<String> {
     )
     .await?;
     let cpu_before = daemon.cpu_seconds().unwrap_or(0.0);
-    let started = Instant::now();
-    let rate = connection_rate(lb_echo).await?;
+    let (rate, connections) = connection_rate(lb_echo).await?;
     let cpu_rate = daemon.cpu_seconds().unwrap_or(0.0) - cpu_before;
-    let connections = rate * started.elapsed().as_secs_f64().min(RATE_RUN.as_secs_f64());
     let cpu_before = daemon.cpu_seconds().unwrap_or(0.0);
     let mib = bulk_throughput(lb_sink).await?;
     let cpu_bulk = daemon.cpu_seconds().unwrap_or(0.0) - cpu_before;
@@ -127,13 +128,13 @@ pub async fn run(settings: &RunSettings, dir: &Path) -> anyhow::Result<String> {
         direct.mib_per_second,
         through.connections_per_second / direct.connections_per_second.max(1.0),
         through.mib_per_second / direct.mib_per_second.max(1.0),
-        cpu_rate / connections.max(1.0) * 1e6,
+        cpu_rate / connections.max(1) as f64 * 1e6,
         cpu_bulk / (BULK_BYTES as f64 / f64::from(1u32 << 30)),
         rss / 1024,
     ))
 }
 
-/// Creates the node (127.0.0.1) and the Service (ports 80 and 81 to the echo and sink node ports) and
+/// Creates the node (127.0.0.1) and the Service (ports 8080 and 8081 to the echo and sink node ports) and
 /// returns the ingress address the daemon gives it.
 async fn provision(
     cluster: &Cluster,
@@ -150,8 +151,8 @@ async fn provision(
     let service: Service = serde_json::from_value(json!({
         "metadata": {"name": "bench", "namespace": "default"},
         "spec": {"type": "LoadBalancer", "selector": {"app": "bench"}, "ports": [
-            {"name": "echo", "port": 80, "nodePort": echo_port, "protocol": "TCP"},
-            {"name": "sink", "port": 81, "nodePort": sink_port, "protocol": "TCP"},
+            {"name": "echo", "port": 8080, "nodePort": echo_port, "protocol": "TCP"},
+            {"name": "sink", "port": 8081, "nodePort": sink_port, "protocol": "TCP"},
         ]},
     }))?;
     let services: Api<Service> = Api::namespaced(cluster.client(), "default");
@@ -196,13 +197,13 @@ async fn wait_answering(at: SocketAddr) -> anyhow::Result<()> {
 
 async fn measure(echo: SocketAddr, sink: SocketAddr) -> anyhow::Result<PathFigures> {
     Ok(PathFigures {
-        connections_per_second: connection_rate(echo).await?,
+        connections_per_second: connection_rate(echo).await?.0,
         mib_per_second: bulk_throughput(sink).await?,
     })
 }
 
-/// Connections per second of [`WORKERS`] workers over [`RATE_RUN`].
-async fn connection_rate(at: SocketAddr) -> anyhow::Result<f64> {
+/// Connections per second of [`WORKERS`] workers over [`RATE_RUN`], and how many they made.
+async fn connection_rate(at: SocketAddr) -> anyhow::Result<(f64, u64)> {
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
@@ -219,7 +220,8 @@ async fn connection_rate(at: SocketAddr) -> anyhow::Result<f64> {
     for worker in workers {
         worker.await??;
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+    let done = done.load(Ordering::Relaxed);
+    Ok((done as f64 / started.elapsed().as_secs_f64(), done))
 }
 
 async fn exchange_one(at: SocketAddr) -> anyhow::Result<()> {

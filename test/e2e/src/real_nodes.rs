@@ -83,17 +83,21 @@ pub fn data_path_cloud_config(count: usize, mismatched: Option<usize>) -> String
     )
 }
 
-/// The addresses of [`LOAD_BALANCER_POOL`] on `lo` now.
+/// The addresses of [`LOAD_BALANCER_POOL`] on `lo` now (`ADDRESS/PREFIX`).
 pub fn pool_addresses_on_lo() -> Vec<String> {
     let output = Command::new("ip")
         .args(["-4", "-o", "address", "show", "dev", "lo"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    let prefix = LOAD_BALANCER_POOL.trim_end_matches("0/24");
+    let pool = provider_fake::Cidr::parse(LOAD_BALANCER_POOL).expect("the pool is a CIDR");
     output
         .split_whitespace()
-        .filter(|word| word.starts_with(prefix) && word.contains('/'))
+        .filter(|word| {
+            word.split_once('/')
+                .and_then(|(ip, _)| ip.parse().ok())
+                .is_some_and(|ip| pool.contains(ip))
+        })
         .map(str::to_string)
         .collect()
 }

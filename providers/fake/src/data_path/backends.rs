@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -36,6 +36,8 @@ pub(crate) struct Backend {
     health: AtomicU8,
     /// Checks in a row that disagree with the current health.
     streak: AtomicU32,
+    /// The next check decides alone (the health port changed).
+    decide_next: AtomicBool,
     active: AtomicU64,
     total: AtomicU64,
     /// Cancelled when the backend's drain ends: its connections close.
@@ -48,12 +50,14 @@ impl Backend {
             spec,
             health: AtomicU8::new(Health::Unknown as u8),
             streak: AtomicU32::new(0),
+            decide_next: AtomicBool::new(false),
             active: AtomicU64::new(0),
             total: AtomicU64::new(0),
             retired: CancellationToken::new(),
         }
     }
 
+    /// What the health checks say now.
     pub(crate) fn health(&self) -> Health {
         match self.health.load(Ordering::Relaxed) {
             h if h == Health::Healthy as u8 => Health::Healthy,
@@ -91,8 +95,8 @@ impl Backend {
             }
         };
         self.streak.store(0, Ordering::Relaxed);
-        self.health.store(next as u8, Ordering::Relaxed);
-        Some(next)
+        let before = self.health.swap(next as u8, Ordering::Relaxed);
+        (before != next as u8).then_some(next)
     }
 
     /// Counts a connection for as long as the guard lives.
@@ -189,6 +193,9 @@ impl Backends {
             })
             .collect();
         drop(current);
+        let mut draining = self.draining.lock();
+        draining.retain(|b| !b.retired.is_cancelled() || b.active.load(Ordering::Relaxed) > 0);
+        drop(draining);
         for backend in leave {
             tracing::info!(node = %backend.spec.node, drain = ?self.drain,
                 "fake data path: backend left the load balancer; draining its connections");
@@ -203,6 +210,13 @@ impl Backends {
             tokio::time::sleep(drain).await;
             backend.retired.cancel();
         });
+    }
+
+    /// Makes the next check of every backend decide its health alone (its target changed).
+    pub(crate) fn decide_on_next_check(&self) {
+        for backend in self.current.read().iter() {
+            backend.decide_next.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Ends every drain now (the load balancer is going away).

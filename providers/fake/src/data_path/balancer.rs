@@ -4,13 +4,14 @@
 //! with draining. Dropping the balancer stops its listeners and closes its connections.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use cloud_provider::CloudError;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::backends::BackendStatus;
 use super::spec::{BalancerSpec, ListenerSpec, Transport};
@@ -40,12 +41,32 @@ pub struct BalancerStatus {
     pub rejected: u64,
 }
 
+/// A running listener: its task and the token its connections and flows stop on.
+#[derive(Debug)]
+struct Listener {
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl Listener {
+    fn stop(self) {
+        self.stop.cancel();
+        self.task.abort();
+    }
+}
+
+/// A socket bound for a listener, not serving yet.
+enum Bound {
+    Tcp(TcpListener),
+    Udp(UdpSocket),
+}
+
 /// A running load balancer.
 #[derive(Debug)]
 pub(crate) struct Balancer {
     spec: BalancerSpec,
     traffic: Arc<Traffic>,
-    listeners: BTreeMap<(Transport, u16), JoinHandle<()>>,
+    listeners: BTreeMap<(Transport, u16), Listener>,
     health: JoinHandle<()>,
 }
 
@@ -76,47 +97,51 @@ impl Balancer {
         &self.spec
     }
 
-    /// Brings the running load balancer to `spec` (same address): new listeners are bound before anything
-    /// else changes, so a port that cannot be bound leaves the load balancer as it was.
+    /// Brings the running load balancer to `spec` (same address). Every new listener is bound before
+    /// anything changes, so a port that cannot be bound leaves the load balancer as it was. A listener that
+    /// goes closes its connections and flows.
     pub(crate) async fn apply(&mut self, spec: BalancerSpec) -> Result<(), CloudError> {
         let wanted: BTreeMap<(Transport, u16), ListenerSpec> = spec
             .listeners
             .iter()
             .map(|l| ((l.transport, l.port), *l))
             .collect();
-        let mut started = BTreeMap::new();
+        let mut bound = Vec::new();
         for (key, listener) in &wanted {
             if !self.listeners.contains_key(key) {
-                started.insert(*key, self.listen(spec.address, listener).await?);
+                bound.push((*key, self.bind(spec.address, listener).await?));
             }
         }
-        self.listeners.retain(|key, task| {
-            let keep = wanted.contains_key(key);
-            if !keep {
-                task.abort();
+        let gone: Vec<_> = self
+            .listeners
+            .keys()
+            .filter(|key| !wanted.contains_key(key))
+            .copied()
+            .collect();
+        for key in gone {
+            if let Some(listener) = self.listeners.remove(&key) {
+                listener.stop();
             }
-            keep
-        });
-        self.listeners.extend(started);
+        }
+        for (key, socket) in bound {
+            self.listeners.insert(key, self.serve(key.1, socket));
+        }
         self.traffic.set_node_ports(&spec.listeners);
-        let recheck = spec.policy.health_port != self.spec.policy.health_port
-            || spec.backends != self.spec.backends;
+        let new_port = spec.policy.health_port != self.spec.policy.health_port;
         self.traffic.set_policy(spec.policy.clone());
         self.traffic.backends.replace(spec.backends.clone());
-        if recheck {
+        if new_port {
+            self.traffic.backends.decide_on_next_check();
+        }
+        if new_port || spec.backends != self.spec.backends {
             self.traffic.recheck.notify_one();
         }
         self.spec = spec;
         Ok(())
     }
 
-    async fn listen(
-        &self,
-        address: std::net::IpAddr,
-        listener: &ListenerSpec,
-    ) -> Result<JoinHandle<()>, CloudError> {
+    async fn bind(&self, address: IpAddr, listener: &ListenerSpec) -> Result<Bound, CloudError> {
         let at = SocketAddr::new(address, listener.port);
-        let traffic = self.traffic.clone();
         let bind_error = |e: std::io::Error| {
             CloudError::provider(format!(
                 "load balancer {}: cannot listen on {at} ({}): {e}; the data path needs ingress addresses \
@@ -126,20 +151,24 @@ impl Balancer {
                 listener.transport.name()
             ))
         };
-        let task = match listener.transport {
-            Transport::Tcp => {
-                let socket = TcpListener::bind(at).await.map_err(bind_error)?;
-                tokio::spawn(tcp::serve(socket, listener.port, traffic))
-            }
-            Transport::Udp => {
-                let socket = UdpSocket::bind(at).await.map_err(bind_error)?;
-                tokio::spawn(udp::serve(socket, listener.port, traffic))
-            }
+        let bound = match listener.transport {
+            Transport::Tcp => Bound::Tcp(TcpListener::bind(at).await.map_err(bind_error)?),
+            Transport::Udp => Bound::Udp(UdpSocket::bind(at).await.map_err(bind_error)?),
         };
         tracing::info!(load_balancer = %self.spec.name, service = %self.spec.service,
             listener = %format!("{}/{at}->{}", listener.transport.name(), listener.node_port),
             "fake data path: listening");
-        Ok(task)
+        Ok(bound)
+    }
+
+    fn serve(&self, port: u16, socket: Bound) -> Listener {
+        let stop = self.traffic.closed.child_token();
+        let traffic = self.traffic.clone();
+        let task = match socket {
+            Bound::Tcp(socket) => tokio::spawn(tcp::serve(socket, port, traffic, stop.clone())),
+            Bound::Udp(socket) => tokio::spawn(udp::serve(socket, port, traffic, stop.clone())),
+        };
+        Listener { task, stop }
     }
 
     /// The data path's view of this load balancer.
@@ -160,25 +189,34 @@ impl Balancer {
             rejected: self.traffic.rejected(),
         }
     }
-}
 
-impl Balancer {
-    /// Stops the load balancer and returns once its listeners are closed (their sockets dropped) and its
-    /// connections told to close.
-    pub(crate) async fn shutdown(mut self) {
-        let listeners = std::mem::take(&mut self.listeners);
-        drop(self);
-        for task in listeners.into_values() {
+    /// Stops the load balancer and returns once its listeners, connections and flows have closed their
+    /// sockets.
+    pub(crate) async fn shutdown(self) {
+        let traffic = self.traffic.clone();
+        let listeners: Vec<JoinHandle<()>> = {
+            let mut this = self;
+            std::mem::take(&mut this.listeners)
+                .into_values()
+                .map(|l| {
+                    l.stop.cancel();
+                    l.task
+                })
+                .collect()
+        };
+        for task in listeners {
             task.abort();
             let _ = task.await;
         }
+        traffic.connections.close();
+        traffic.connections.wait().await;
     }
 }
 
 impl Drop for Balancer {
     fn drop(&mut self) {
-        for task in self.listeners.values() {
-            task.abort();
+        for listener in std::mem::take(&mut self.listeners).into_values() {
+            listener.stop();
         }
         self.health.abort();
         self.traffic.closed.cancel();

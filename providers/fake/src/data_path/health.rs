@@ -34,8 +34,11 @@ pub(crate) async fn run(traffic: Arc<Traffic>) {
                 (backend, passed)
             });
         }
-        while let Some(Ok((backend, passed))) = checks.join_next().await {
-            record(&backend, passed, port, config);
+        while let Some(Ok((backend, outcome))) = checks.join_next().await {
+            // A result for a port no longer checked is stale.
+            if traffic.policy().health_port == port {
+                record(&backend, outcome, port, config);
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
@@ -44,18 +47,18 @@ pub(crate) async fn run(traffic: Arc<Traffic>) {
     }
 }
 
-fn record(backend: &Backend, passed: Result<(), String>, port: u16, config: &DataPathConfig) {
-    let outcome = passed
+fn record(backend: &Backend, outcome: Result<(), String>, port: u16, config: &DataPathConfig) {
+    let result = outcome
         .as_ref()
         .map(|()| "passed")
         .unwrap_or_else(|e| e.as_str());
     if let Some(health) = backend.record_check(
-        passed.is_ok(),
+        outcome.is_ok(),
         config.healthy_threshold,
         config.unhealthy_threshold,
     ) {
         tracing::info!(node = %backend.spec.node, address = %backend.spec.address, port, ?health,
-            check = outcome, "fake data path: backend health changed");
+            check = result, "fake data path: backend health changed");
     }
 }
 

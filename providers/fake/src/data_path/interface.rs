@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) async fn add(_interface: &str, _address: IpAddr) -> Result<(), String> {
+pub(crate) async fn add(_interface: &str, _address: IpAddr) -> Result<bool, String> {
     Err("dataPath.interface needs Linux".to_string())
 }
 
@@ -27,8 +27,9 @@ mod netlink {
     use futures::TryStreamExt;
     use rtnetlink::Handle;
 
-    /// Adds `address` (as a host route: /32 or /128) to `interface`; an address already there is fine.
-    pub(crate) async fn add(interface: &str, address: IpAddr) -> Result<(), String> {
+    /// Adds `address` (as a host address: /32 or /128) to `interface`: `true` when added, `false` when it
+    /// was there already (then it is not this process's to remove).
+    pub(crate) async fn add(interface: &str, address: IpAddr) -> Result<bool, String> {
         let handle = connect()?;
         let index = link_index(&handle, interface).await?;
         match handle
@@ -37,17 +38,18 @@ mod netlink {
             .execute()
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(rtnetlink::Error::NetlinkError(e))
                 if e.to_io().kind() == ErrorKind::AlreadyExists =>
             {
-                Ok(())
+                Ok(false)
             }
             Err(e) => Err(e.to_string()),
         }
     }
 
-    /// Removes `address` from `interface` (nothing to do when it is not there).
+    /// Removes the host address `address` (/32 or /128) from `interface` (nothing to do when it is not
+    /// there; the same address with another prefix length is not this process's and stays).
     pub(crate) async fn remove(interface: &str, address: IpAddr) -> Result<(), String> {
         let handle = connect()?;
         let index = link_index(&handle, interface).await?;
@@ -58,6 +60,9 @@ mod netlink {
             .set_address_filter(address)
             .execute();
         while let Some(message) = found.try_next().await.map_err(|e| e.to_string())? {
+            if message.header.prefix_len != host_prefix(address) {
+                continue;
+            }
             handle
                 .address()
                 .del(message)

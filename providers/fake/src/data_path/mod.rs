@@ -39,18 +39,35 @@ use balancer::Balancer;
 pub use balancer::BalancerStatus;
 pub(crate) use spec::BalancerSpec;
 
+/// A change of the running load balancers, as the cloud's load-balancer calls make them.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// Run this spec ([`DataPath::apply`]).
+    Apply(BalancerSpec),
+    /// Give the Service's load balancer these nodes as backends ([`DataPath::update_backends`]).
+    Backends(Service, Vec<Node>),
+    /// Stop the Service's load balancer ([`DataPath::remove`]).
+    Remove(Service),
+}
+
 /// The running load balancers, by cloud name.
 #[derive(Debug)]
 pub(crate) struct DataPath {
     config: DataPathConfig,
     balancers: Mutex<BTreeMap<String, Balancer>>,
+    /// The addresses this process added to `dataPath.interface`, with the load balancer that holds each:
+    /// only the holder removes one, so an address handed to another load balancer before the first let
+    /// go of it stays.
+    added: Mutex<BTreeMap<IpAddr, String>>,
 }
 
 impl DataPath {
+    /// A data path with these settings and no load balancer yet.
     pub(crate) fn new(config: DataPathConfig) -> DataPath {
         DataPath {
             config,
             balancers: Mutex::new(BTreeMap::new()),
+            added: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -91,8 +108,20 @@ impl DataPath {
         wanted.backends == balancer.spec().backends
     }
 
+    /// Makes `change`.
+    pub(crate) async fn change(&self, change: Change) -> Result<(), CloudError> {
+        match change {
+            Change::Apply(spec) => self.apply(spec).await,
+            Change::Backends(service, nodes) => self.update_backends(&service, &nodes).await,
+            Change::Remove(service) => {
+                self.remove(&service).await;
+                Ok(())
+            }
+        }
+    }
+
     /// Runs `spec`: starts the load balancer, or changes the running one (a new address replaces it).
-    pub(crate) async fn apply(&self, spec: BalancerSpec) -> Result<(), CloudError> {
+    async fn apply(&self, spec: BalancerSpec) -> Result<(), CloudError> {
         let existing = self.balancers.lock().remove(&spec.name);
         let name = spec.name.clone();
         let balancer = match existing {
@@ -104,7 +133,7 @@ impl DataPath {
             Some(old) => {
                 let old_address = old.spec().address;
                 old.shutdown().await;
-                self.release_address(old_address).await;
+                self.release_address(old_address, &name).await;
                 self.start(spec).await?
             }
             None => self.start(spec).await?,
@@ -115,22 +144,18 @@ impl DataPath {
 
     /// Claims the address of `spec` and starts its load balancer; on failure the address is given back.
     async fn start(&self, spec: BalancerSpec) -> Result<Balancer, CloudError> {
-        let address = spec.address;
-        self.claim_address(address).await?;
+        let (address, name) = (spec.address, spec.name.clone());
+        self.claim_address(address, &name).await?;
         let started = Balancer::start(spec, &self.config).await;
         if started.is_err() {
-            self.release_address(address).await;
+            self.release_address(address, &name).await;
         }
         started
     }
 
     /// Gives the running load balancer of `service` these backends (nothing when it does not run: its next
     /// ensure starts it).
-    pub(crate) async fn update_backends(
-        &self,
-        service: &Service,
-        nodes: &[Node],
-    ) -> Result<(), CloudError> {
+    async fn update_backends(&self, service: &Service, nodes: &[Node]) -> Result<(), CloudError> {
         let name = default_load_balancer_name(service);
         let current = self.balancers.lock().get(&name).map(|b| b.spec().clone());
         let Some(current) = current else {
@@ -146,13 +171,13 @@ impl DataPath {
 
     /// Stops the load balancer of `service` and returns once its listeners are closed, its connections
     /// told to close and its address freed.
-    pub(crate) async fn remove(&self, service: &Service) {
+    async fn remove(&self, service: &Service) {
         let name = default_load_balancer_name(service);
         let removed = self.balancers.lock().remove(&name);
         if let Some(balancer) = removed {
             let address = balancer.spec().address;
             balancer.shutdown().await;
-            self.release_address(address).await;
+            self.release_address(address, &name).await;
             tracing::info!(load_balancer = %name, %address, "fake data path: load balancer stopped");
         }
     }
@@ -166,24 +191,37 @@ impl DataPath {
             .collect()
     }
 
-    /// Adds `address` to the configured interface, if any.
-    async fn claim_address(&self, address: IpAddr) -> Result<(), CloudError> {
+    /// Adds `address` to the configured interface, if any, for the load balancer `holder`.
+    async fn claim_address(&self, address: IpAddr, holder: &str) -> Result<(), CloudError> {
         let Some(name) = &self.config.interface else {
             return Ok(());
         };
-        interface::add(name, address).await.map_err(|e| {
+        let added = interface::add(name, address).await.map_err(|e| {
             CloudError::provider(format!(
                 "adding load-balancer address {address} to {name}: {e}"
             ))
-        })
+        })?;
+        let mut held = self.added.lock();
+        if added || held.contains_key(&address) {
+            held.insert(address, holder.to_string());
+        }
+        Ok(())
     }
 
-    /// Removes `address` from the configured interface, if any (a failure is logged: the address is free
-    /// in the cloud either way).
-    async fn release_address(&self, address: IpAddr) {
-        if let Some(name) = &self.config.interface
-            && let Err(e) = interface::remove(name, address).await
+    /// Removes `address` from the configured interface when this process added it and `holder` still
+    /// holds it (a failure is logged: the address is free in the cloud either way).
+    async fn release_address(&self, address: IpAddr, holder: &str) {
+        let Some(name) = &self.config.interface else {
+            return;
+        };
         {
+            let mut held = self.added.lock();
+            if held.get(&address).map(String::as_str) != Some(holder) {
+                return;
+            }
+            held.remove(&address);
+        }
+        if let Err(e) = interface::remove(name, address).await {
             tracing::warn!(%address, interface = %name, error = %e, "fake data path: removing the address failed");
         }
     }

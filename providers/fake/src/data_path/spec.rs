@@ -19,6 +19,7 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
+    /// `TCP` or `UDP`, as Kubernetes spells the protocol.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Transport::Tcp => "TCP",
@@ -30,15 +31,20 @@ impl Transport {
 /// One front-end port and the node port its traffic goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct ListenerSpec {
+    /// TCP or UDP.
     pub(crate) transport: Transport,
+    /// The front-end port on the ingress address.
     pub(crate) port: u16,
+    /// The node port the traffic goes to on every backend.
     pub(crate) node_port: u16,
 }
 
 /// A backend: a node and the address its node ports answer on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct BackendSpec {
+    /// The node's name.
     pub(crate) node: String,
+    /// The node's address of the ingress address's family.
     pub(crate) address: IpAddr,
 }
 
@@ -75,8 +81,11 @@ pub(crate) struct BalancerSpec {
     pub(crate) service: String,
     /// The ingress address the listeners bind.
     pub(crate) address: IpAddr,
+    /// The listeners, sorted.
     pub(crate) listeners: Vec<ListenerSpec>,
+    /// The backends, sorted.
     pub(crate) backends: Vec<BackendSpec>,
+    /// How traffic is steered.
     pub(crate) policy: Policy,
 }
 
@@ -126,7 +135,7 @@ fn listeners(service: &Service) -> Vec<ListenerSpec> {
             "TCP" => Transport::Tcp,
             "UDP" => Transport::Udp,
             other => {
-                tracing::info!(service = %service_key(service), port = p.port, protocol = other,
+                tracing::debug!(service = %service_key(service), port = p.port, protocol = other,
                     "fake data path: the protocol is not carried");
                 continue;
             }
@@ -134,7 +143,7 @@ fn listeners(service: &Service) -> Vec<ListenerSpec> {
         let (Ok(port), Some(Ok(node_port))) =
             (u16::try_from(p.port), p.node_port.map(u16::try_from))
         else {
-            tracing::info!(service = %service_key(service), port = p.port,
+            tracing::debug!(service = %service_key(service), port = p.port,
                 "fake data path: the port has no node port to forward to");
             continue;
         };
@@ -166,7 +175,7 @@ fn backends(nodes: &[Node], ingress: IpAddr) -> Vec<BackendSpec> {
             };
             let address = of_type("InternalIP").or_else(|| of_type("ExternalIP"));
             if address.is_none() {
-                tracing::info!(node = %name, "fake data path: the node has no address to forward to");
+                tracing::debug!(node = %name, "fake data path: the node has no address to forward to");
             }
             Some(BackendSpec { node: name, address: address? })
         })

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use super::backends::ConnectionGuard;
 use super::proxy_protocol;
@@ -22,8 +23,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Backends tried for one connection.
 const ATTEMPTS: usize = 2;
 
-/// Accepts connections on `listener` (front-end `port`) until aborted.
-pub(crate) async fn serve(listener: TcpListener, port: u16, traffic: Arc<Traffic>) {
+/// Accepts connections on `listener` (front-end `port`) until aborted; its connections close when `stop`
+/// is cancelled.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    port: u16,
+    traffic: Arc<Traffic>,
+    stop: CancellationToken,
+) {
     loop {
         let (stream, client) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -42,10 +49,10 @@ pub(crate) async fn serve(listener: TcpListener, port: u16, traffic: Arc<Traffic
             traffic.count_rejected();
             continue;
         };
-        let traffic = traffic.clone();
-        tokio::spawn(async move {
+        let (traffic_of_task, stop) = (traffic.clone(), stop.clone());
+        traffic.connections.spawn(async move {
             let _slot = slot;
-            connection(stream, client, port, &traffic).await;
+            connection(stream, client, port, &traffic_of_task, stop).await;
         });
     }
 }
@@ -55,8 +62,10 @@ async fn connection(
     client: SocketAddr,
     port: u16,
     traffic: &Traffic,
+    stop: CancellationToken,
 ) {
     let Some(node_port) = traffic.node_port(Transport::Tcp, port) else {
+        traffic.count_rejected();
         return;
     };
     let Some((guard, mut upstream)) = connect(client, node_port, traffic).await else {
@@ -79,7 +88,7 @@ async fn connection(
         () = backend.retired() => {
             tracing::debug!(node = %backend.spec.node, %client, "fake data path: drain over, connection closed");
         }
-        () = traffic.closed.cancelled() => {}
+        () = stop.cancelled() => {}
     }
 }
 

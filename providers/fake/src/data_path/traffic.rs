@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::backends::Backends;
 use super::spec::{BalancerSpec, ListenerSpec, Policy, Transport};
@@ -19,14 +20,18 @@ use crate::config::DataPathConfig;
 pub(crate) struct Traffic {
     /// The load balancer's cloud name (for logs).
     pub(crate) name: String,
+    /// The data path's settings.
     pub(crate) config: DataPathConfig,
     policy: RwLock<Arc<Policy>>,
     node_ports: RwLock<BTreeMap<(Transport, u16), u16>>,
+    /// The backends and their state.
     pub(crate) backends: Backends,
     /// One permit per open connection or UDP flow.
     pub(crate) slots: Arc<Semaphore>,
-    /// Cancelled when the load balancer goes.
+    /// Cancelled when the load balancer goes; each listener's token is a child of it.
     pub(crate) closed: CancellationToken,
+    /// Every connection and UDP flow task, so that stopping waits for their sockets to close.
+    pub(crate) connections: TaskTracker,
     /// Wakes the health checker (new backends, another health port).
     pub(crate) recheck: Notify,
     refused: AtomicU64,
@@ -53,9 +58,7 @@ impl Traffic {
     pub(crate) fn count_rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
-}
 
-impl Traffic {
     /// The traffic state of a load balancer starting with `spec`.
     pub(crate) fn new(spec: &BalancerSpec, config: &DataPathConfig) -> Traffic {
         Traffic {
@@ -69,6 +72,7 @@ impl Traffic {
             ),
             slots: Arc::new(Semaphore::new(config.max_connections)),
             closed: CancellationToken::new(),
+            connections: TaskTracker::new(),
             recheck: Notify::new(),
             refused: AtomicU64::new(0),
             rejected: AtomicU64::new(0),

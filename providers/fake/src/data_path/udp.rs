@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::UdpSocket;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 
 use super::backends::ConnectionGuard;
 use super::spec::Transport;
@@ -27,8 +28,13 @@ struct Flow {
     ended: Arc<AtomicBool>,
 }
 
-/// Relays datagrams on `socket` (front-end `port`) until aborted.
-pub(crate) async fn serve(socket: UdpSocket, port: u16, traffic: Arc<Traffic>) {
+/// Relays datagrams on `socket` (front-end `port`) until aborted; its flows end when `stop` is cancelled.
+pub(crate) async fn serve(
+    socket: UdpSocket,
+    port: u16,
+    traffic: Arc<Traffic>,
+    stop: CancellationToken,
+) {
     let socket = Arc::new(socket);
     let started = Instant::now();
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
@@ -49,9 +55,10 @@ pub(crate) async fn serve(socket: UdpSocket, port: u16, traffic: Arc<Traffic>) {
             .get(&client)
             .is_none_or(|f| f.ended.load(Ordering::Relaxed))
         {
-            flows.retain(|_, f| !f.ended.load(Ordering::Relaxed));
-            match open_flow(client, port, &socket, &traffic, started).await {
+            match open_flow(client, port, &socket, &traffic, &stop, started).await {
                 Some(flow) => {
+                    // Ended flows go when a new one comes: the map holds at most the open flows and one.
+                    flows.retain(|_, f| !f.ended.load(Ordering::Relaxed));
                     flows.insert(client, flow);
                 }
                 None => {
@@ -76,6 +83,7 @@ async fn open_flow(
     port: u16,
     listener: &Arc<UdpSocket>,
     traffic: &Arc<Traffic>,
+    stop: &CancellationToken,
     started: Instant,
 ) -> Option<Flow> {
     let node_port = traffic.node_port(Transport::Udp, port)?;
@@ -104,9 +112,10 @@ async fn open_flow(
         started,
         idle: Duration::from_secs(traffic.config.udp_idle_seconds),
         guard: backend.open(),
+        stop: stop.clone(),
         _slot: slot,
     };
-    tokio::spawn(replies.run(traffic.clone()));
+    traffic.connections.spawn(replies.run());
     Some(flow)
 }
 
@@ -120,11 +129,12 @@ struct Replies {
     started: Instant,
     idle: Duration,
     guard: ConnectionGuard,
+    stop: CancellationToken,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Replies {
-    async fn run(self, traffic: Arc<Traffic>) {
+    async fn run(self) {
         let backend = self.guard.backend().clone();
         let mut buf = vec![0u8; DATAGRAM];
         loop {
@@ -145,7 +155,7 @@ impl Replies {
                 },
                 () = tokio::time::sleep(left) => {}
                 () = backend.retired() => break,
-                () = traffic.closed.cancelled() => break,
+                () = self.stop.cancelled() => break,
             }
         }
         self.ended.store(true, Ordering::Relaxed);

@@ -440,3 +440,101 @@ fn data_path_config_forms() {
         .to_string();
     assert!(err.contains("is not an interface name"), "{err}");
 }
+
+#[tokio::test]
+async fn a_port_that_cannot_be_bound_leaves_nothing_bound() {
+    let (nodes, node_port, health_port) = nodes(207, 1).await;
+    let cloud = data_path_cloud(207, health_port, "");
+    let mut svc = web(node_port, serde_json::json!({}));
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(
+        k8s_openapi::api::core::v1::ServicePort {
+            port: 8081,
+            node_port: Some(i32::from(node_port)),
+            protocol: Some("TCP".into()),
+            name: Some("second".into()),
+            ..Default::default()
+        },
+    );
+    // Something else holds the second port on the address the load balancer gets.
+    let squatter = TcpListener::bind("127.207.1.1:8081").await.unwrap();
+    let err = cloud
+        .ensure_load_balancer("c", &svc, &k8s_nodes(&nodes))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("127.207.1.1:8081"), "{err}");
+    drop(squatter);
+    // Nothing of the failed attempt holds the first port: the retry binds both.
+    let lb = ensure(&cloud, &svc, &k8s_nodes(&nodes)).await;
+    wait_health(&cloud, &[Health::Healthy]).await;
+    assert_eq!(answering_nodes(lb, None, 1).await, ["node-1"]);
+}
+
+#[tokio::test]
+async fn a_port_removed_from_the_service_is_released() {
+    let (nodes, node_port, health_port) = nodes(208, 1).await;
+    let cloud = data_path_cloud(208, health_port, "");
+    let mut svc = web(node_port, serde_json::json!({}));
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(
+        k8s_openapi::api::core::v1::ServicePort {
+            port: 8080,
+            node_port: Some(i32::from(node_port)),
+            protocol: Some("UDP".into()),
+            name: Some("udp".into()),
+            ..Default::default()
+        },
+    );
+    let lb = ensure(&cloud, &svc, &k8s_nodes(&nodes)).await;
+    wait_health(&cloud, &[Health::Healthy]).await;
+    // A UDP flow is open when the port goes.
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.send_to(b"ping", lb).await.unwrap();
+    let mut buf = [0u8; 64];
+    tokio::time::timeout(Duration::from_secs(2), client.recv_from(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().pop();
+    ensure(&cloud, &svc, &k8s_nodes(&nodes)).await;
+    let mut bound = None;
+    for _ in 0..50 {
+        if let Ok(socket) = UdpSocket::bind(lb).await {
+            bound = Some(socket);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        bound.is_some(),
+        "the removed UDP port (and its flow) still holds {lb}"
+    );
+}
+
+#[tokio::test]
+async fn a_new_health_port_is_decided_by_its_first_check() {
+    let (nodes, node_port, health_port) = nodes(209, 1).await;
+    // kube-proxy's port answers healthy; a Local Service's port (nothing listens there) fails. With 200
+    // failures needed to flip, only the first-check rule makes the change show within the wait.
+    let cloud = data_path_cloud(209, health_port, "  unhealthyThreshold: 200\n");
+    let lb = ensure(
+        &cloud,
+        &web(node_port, serde_json::json!({})),
+        &k8s_nodes(&nodes),
+    )
+    .await;
+    wait_health(&cloud, &[Health::Healthy]).await;
+    let closed_port = TcpListener::bind((nodes[0].ip, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let local = web(
+        node_port,
+        serde_json::json!({
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": closed_port,
+        }),
+    );
+    ensure(&cloud, &local, &k8s_nodes(&nodes)).await;
+    wait_health(&cloud, &[Health::Unhealthy]).await;
+    assert!(answering_nodes(lb, None, 1).await.is_empty());
+}
