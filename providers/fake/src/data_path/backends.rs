@@ -66,15 +66,20 @@ impl Backend {
         }
     }
 
-    /// Records one check: the first decides alone; later, `healthy` or `unhealthy` checks in a row flip the
-    /// health. Returns the new health when it changed.
+    /// Records one check: the first decides alone (and the first after [`Backends::decide_on_next_check`]);
+    /// later, `healthy` or `unhealthy` checks in a row flip the health. Returns the new health when it
+    /// changed.
     pub(crate) fn record_check(
         &self,
         passed: bool,
         healthy: u32,
         unhealthy: u32,
     ) -> Option<Health> {
-        let now = self.health();
+        let now = if self.decide_next.swap(false, Ordering::Relaxed) {
+            Health::Unknown
+        } else {
+            self.health()
+        };
         let next = match (now, passed) {
             (Health::Unknown, true) => Health::Healthy,
             (Health::Unknown, false) => Health::Unhealthy,
