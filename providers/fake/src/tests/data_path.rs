@@ -116,6 +116,19 @@ fn web(node_port: u16, extra: serde_json::Value) -> Service {
     s
 }
 
+/// Adds a port to the Service.
+fn add_port(svc: &mut Service, port: i32, node_port: u16, protocol: &str, name: &str) {
+    if let Some(ports) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+        ports.push(k8s_openapi::api::core::v1::ServicePort {
+            port,
+            node_port: Some(i32::from(node_port)),
+            protocol: Some(protocol.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        });
+    }
+}
+
 async fn ensure(cloud: &FakeCloud, svc: &Service, nodes: &[Node]) -> SocketAddr {
     let status = cloud.ensure_load_balancer("c", svc, nodes).await.unwrap();
     let ingress = &status.ingress.unwrap()[0];
@@ -187,15 +200,7 @@ async fn tcp_and_udp_reach_healthy_backends_in_turn() {
     let (nodes, node_port, health_port) = nodes(201, 2).await;
     let cloud = data_path_cloud(201, health_port, "");
     let mut svc = web(node_port, serde_json::json!({}));
-    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(
-        k8s_openapi::api::core::v1::ServicePort {
-            port: 8080,
-            node_port: Some(i32::from(node_port)),
-            protocol: Some("UDP".into()),
-            name: Some("udp".into()),
-            ..Default::default()
-        },
-    );
+    add_port(&mut svc, 8080, node_port, "UDP", "udp");
     let lb = ensure(&cloud, &svc, &k8s_nodes(&nodes)).await;
     wait_health(&cloud, &[Health::Healthy, Health::Healthy]).await;
     let mut seen = answering_nodes(lb, None, 4).await;
@@ -446,15 +451,7 @@ async fn a_port_that_cannot_be_bound_leaves_nothing_bound() {
     let (nodes, node_port, health_port) = nodes(207, 1).await;
     let cloud = data_path_cloud(207, health_port, "");
     let mut svc = web(node_port, serde_json::json!({}));
-    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(
-        k8s_openapi::api::core::v1::ServicePort {
-            port: 8081,
-            node_port: Some(i32::from(node_port)),
-            protocol: Some("TCP".into()),
-            name: Some("second".into()),
-            ..Default::default()
-        },
-    );
+    add_port(&mut svc, 8081, node_port, "TCP", "second");
     // Something else holds the second port on the address the load balancer gets.
     let squatter = TcpListener::bind("127.207.1.1:8081").await.unwrap();
     let err = cloud
@@ -474,15 +471,7 @@ async fn a_port_removed_from_the_service_is_released() {
     let (nodes, node_port, health_port) = nodes(208, 1).await;
     let cloud = data_path_cloud(208, health_port, "");
     let mut svc = web(node_port, serde_json::json!({}));
-    svc.spec.as_mut().unwrap().ports.as_mut().unwrap().push(
-        k8s_openapi::api::core::v1::ServicePort {
-            port: 8080,
-            node_port: Some(i32::from(node_port)),
-            protocol: Some("UDP".into()),
-            name: Some("udp".into()),
-            ..Default::default()
-        },
-    );
+    add_port(&mut svc, 8080, node_port, "UDP", "udp");
     let lb = ensure(&cloud, &svc, &k8s_nodes(&nodes)).await;
     wait_health(&cloud, &[Health::Healthy]).await;
     // A UDP flow is open when the port goes.
