@@ -188,7 +188,12 @@ async fn run() -> anyhow::Result<bool> {
     let options = LocalOptions {
         replicas: 1,
         cloud_config: match real_nodes {
-            Some(count) => ccm_e2e::real_nodes::cloud_config(count, None),
+            // The load balancers carry the traffic themselves (on loopback addresses): the last act's
+            // request goes through the fake cloud's load balancer to a node port, not kube-proxy's rules.
+            Some(count) => format!(
+                "{}dataPath: true\n",
+                ccm_e2e::real_nodes::cloud_config(count, None)
+            ),
             None => CLOUD_CONFIG.to_string(),
         },
         extra_args: vec!["--cluster-name=demo".into()],
