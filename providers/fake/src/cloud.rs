@@ -481,7 +481,18 @@ impl LoadBalancer for FakeCloud {
                 state.lb_address(service),
             )
         };
-        let changes = !current || !self.data_path_is_current(address, service, nodes)?;
+        // What the data path would run on the current address: computed once, used again below when
+        // the address stays.
+        let planned = match (&self.shared.data_path, address) {
+            (Some(data_path), Some(address)) => Some(data_path.spec(address, service, nodes)?),
+            _ => None,
+        };
+        let data_path_current = match (&self.shared.data_path, &planned) {
+            (None, _) => true,
+            (Some(data_path), Some(spec)) => data_path.is_current(spec),
+            (Some(_), None) => false,
+        };
+        let changes = !current || !data_path_current;
         self.gate_mutation("ensure_load_balancer", changes, || {
             service_and_nodes(service, nodes)
         })
@@ -498,7 +509,10 @@ impl LoadBalancer for FakeCloud {
                 .lock()
                 .lb_address(service)
                 .ok_or_else(|| CloudError::provider("the load balancer has no address"))?;
-            let spec = data_path.spec(address, service, nodes)?;
+            let spec = match planned {
+                Some(spec) if spec.address == address => spec,
+                _ => data_path.spec(address, service, nodes)?,
+            };
             self.on_data_path(Change::Apply(spec)).await?;
         }
         Ok(status)
@@ -563,23 +577,6 @@ impl FakeCloud {
         })
         .await
         .map_err(|e| CloudError::provider(format!("the data path's task failed: {e}")))?
-    }
-
-    /// Whether the data path (if on) already runs what `service` and `nodes` ask of the load balancer on
-    /// `address`; a Service it cannot carry is an error.
-    fn data_path_is_current(
-        &self,
-        address: Option<std::net::IpAddr>,
-        service: &Service,
-        nodes: &[Node],
-    ) -> Result<bool> {
-        let Some(data_path) = &self.shared.data_path else {
-            return Ok(true);
-        };
-        Ok(match address {
-            Some(address) => data_path.is_current(&data_path.spec(address, service, nodes)?),
-            None => false,
-        })
     }
 }
 

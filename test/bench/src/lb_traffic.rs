@@ -26,6 +26,7 @@ use crate::cluster::Cluster;
 use crate::daemon::{Daemon, DaemonSpec};
 use crate::report;
 use crate::scenario::RunSettings;
+use crate::workload::ingress_of;
 
 /// Concurrent workers of the connection-rate run.
 const WORKERS: usize = 4;
@@ -159,14 +160,7 @@ async fn provision(
     services.create(&PostParams::default(), &service).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let svc = services.get("bench").await?;
-        let ip = svc
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .and_then(|i| i.into_iter().next())
-            .and_then(|i| i.ip);
-        if let Some(ip) = ip {
+        if let Some(ip) = ingress_of(&services.get("bench").await?) {
             return Ok(ip.parse()?);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

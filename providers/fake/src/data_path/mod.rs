@@ -98,14 +98,9 @@ impl DataPath {
     /// Whether `nodes` are the backends of `service`'s load balancer already (or it does not run).
     pub(crate) fn has_backends(&self, service: &Service, nodes: &[Node]) -> bool {
         let name = default_load_balancer_name(service);
-        let balancers = self.balancers.lock();
-        let Some(balancer) = balancers.get(&name) else {
-            return true;
-        };
-        let Ok(wanted) = self.spec(balancer.spec().address, service, nodes) else {
-            return true;
-        };
-        wanted.backends == balancer.spec().backends
+        self.balancers.lock().get(&name).is_none_or(|balancer| {
+            spec::backends(nodes, balancer.spec().address) == balancer.spec().backends
+        })
     }
 
     /// Makes `change`.
@@ -161,9 +156,9 @@ impl DataPath {
         let Some(current) = current else {
             return Ok(());
         };
-        let wanted = self.spec(current.address, service, nodes)?;
+        let backends = spec::backends(nodes, current.address);
         self.apply(BalancerSpec {
-            backends: wanted.backends,
+            backends,
             ..current
         })
         .await

@@ -160,7 +160,7 @@ fn listeners(service: &Service) -> Vec<ListenerSpec> {
 
 /// Each node's address of the ingress address's family, InternalIP first, then ExternalIP; nodes without
 /// one are left out.
-fn backends(nodes: &[Node], ingress: IpAddr) -> Vec<BackendSpec> {
+pub(crate) fn backends(nodes: &[Node], ingress: IpAddr) -> Vec<BackendSpec> {
     let mut backends: Vec<BackendSpec> = nodes
         .iter()
         .filter_map(|node| {
