@@ -114,11 +114,8 @@ func waitHTTP(ctx context.Context, running []*component, url string, client *htt
 // exitedComponent reports a component that has already exited.
 func exitedComponent(running []*component) error {
 	for _, c := range running {
-		select {
-		case err := <-c.done:
-			c.done <- err
+		if exited, err := c.exited(); exited {
 			return fmt.Errorf("%s exited: %v", c.name, err)
-		default:
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -297,8 +298,16 @@ func tailLogs(l layout) string {
 type component struct {
 	name string
 	cmd  *exec.Cmd
-	done chan error
+	// done is closed when the process has exited; err is then its exit.
+	done chan struct{}
+	err  error
+	// stopping marks an exit that was asked for (stop), which is not a failure.
+	stopping atomic.Bool
 }
+
+// unexpectedExits receives one line per component that exited without being stopped: the supervisor ends
+// on the first (see waitForEnd).
+var unexpectedExits = make(chan string, 64)
 
 // startComponent runs this binary as one component, logging to its own file. The child dies with the
 // supervisor (a kill -9 of the supervisor leaves nothing behind).
@@ -306,7 +315,8 @@ func startComponent(l layout, name string, args ...string) (*component, error) {
 	return startProcess(l, name, "", append([]string{name}, args...)...)
 }
 
-// startProcess runs binary (this binary when empty) with args as the process logging to NAME.log.
+// startProcess runs binary (this binary when empty) with args as the process logging to NAME.log (appended
+// to: a component started again keeps the log of its earlier runs).
 func startProcess(l layout, name, binary string, args ...string) (*component, error) {
 	if binary == "" {
 		self, err := os.Executable()
@@ -315,7 +325,7 @@ func startProcess(l layout, name, binary string, args ...string) (*component, er
 		}
 		binary = self
 	}
-	log, err := os.Create(l.logFile(name))
+	log, err := os.OpenFile(l.logFile(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -326,20 +336,41 @@ func startProcess(l layout, name, binary string, args ...string) (*component, er
 		log.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	c := &component{name: name, cmd: cmd, done: make(chan error, 1)}
+	c := &component{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		c.done <- cmd.Wait()
+		c.err = cmd.Wait()
+		close(c.done)
 		log.Close()
+		if !c.stopping.Load() {
+			select {
+			case unexpectedExits <- fmt.Sprintf("%s exited: %v", name, c.err):
+			default:
+			}
+		}
 	}()
 	return c, nil
 }
 
+// exited reports whether the process has exited, and how.
+func (c *component) exited() (bool, error) {
+	select {
+	case <-c.done:
+		return true, c.err
+	default:
+		return false, nil
+	}
+}
+
 // stop asks the component to stop and waits (SIGKILL after 20 s).
-func (c *component) stop() {
+func (c *component) stop() { c.stopWithin(20 * time.Second) }
+
+// stopWithin sends SIGTERM and waits, sending SIGKILL after grace.
+func (c *component) stopWithin(grace time.Duration) {
+	c.stopping.Store(true)
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
@@ -355,7 +386,8 @@ func freePort() (int, error) {
 	return listener.Addr().(*net.TCPAddr).Port, nil
 }
 
-// runServe runs the control plane in the foreground until SIGTERM/SIGINT or until a component fails.
+// runServe runs the control plane in the foreground until SIGTERM/SIGINT or until a component fails. The
+// control endpoint (control.go) restarts components and injects faults meanwhile.
 func runServe(args []string) error {
 	opts, err := parseServeOptions("serve", args)
 	if err != nil {
@@ -382,30 +414,19 @@ func runServe(args []string) error {
 	if err := writeCertKubeconfig(l.controllerKubeconfig(), server, pki.caCert, pki.controllerCert, pki.controllerKey, "system:kube-controller-manager"); err != nil {
 		return err
 	}
+	p := &plane{l: l, server: server, etcdURL: fmt.Sprintf("http://127.0.0.1:%d", ports["etcd-client"]),
+		args: map[string][]string{}, proxies: map[string]*faultProxy{}}
+	defer p.stop()
 
-	var running []*component
-	defer func() {
-		for i := len(running) - 1; i >= 0; i-- {
-			running[i].stop()
-		}
-	}()
-	start := func(name string, args ...string) error {
-		c, err := startComponent(l, name, args...)
-		if err != nil {
-			return err
-		}
-		running = append(running, c)
-		return nil
-	}
-
-	if err := start("etcd",
+	p.args["etcd"] = []string{
 		"--data-dir", l.path("etcd"),
 		"--client-port", strconv.Itoa(ports["etcd-client"]),
 		"--peer-port", strconv.Itoa(ports["etcd-peer"]),
-	); err != nil {
+	}
+	if err := p.start("etcd"); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, running, fmt.Sprintf("http://127.0.0.1:%d/health", ports["etcd-client"]), nil, 60*time.Second); err != nil {
+	if err := waitHTTP(ctx, p.running(), p.etcdURL+"/health", nil, 60*time.Second); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
 	fmt.Println("etcd is ready")
@@ -413,57 +434,54 @@ func runServe(args []string) error {
 	if err := os.WriteFile(l.auditPolicy(), []byte(auditPolicy), 0o644); err != nil {
 		return err
 	}
-	if err := start("kube-apiserver", apiServerArgs(l, pki, ports, opts)...); err != nil {
+	p.args["kube-apiserver"] = apiServerArgs(l, pki, ports, opts)
+	if err := p.start("kube-apiserver"); err != nil {
 		return err
 	}
-	admin, err := newAdminClients(l.adminKubeconfig())
-	if err != nil {
+	if p.admin, err = newAdminClients(l.adminKubeconfig()); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, running, server+"/readyz", admin.http, 3*time.Minute); err != nil {
-		return fmt.Errorf("kube-apiserver: %w", err)
+	if err := p.waitAPIServer(ctx, 3*time.Minute); err != nil {
+		return err
 	}
 	fmt.Println("kube-apiserver is ready")
 
-	if err := start("kube-controller-manager", controllerManagerArgs(l, pki, opts)...); err != nil {
+	p.args["kube-controller-manager"] = controllerManagerArgs(l, pki, opts)
+	if err := p.start("kube-controller-manager"); err != nil {
 		return err
 	}
-	if err := bootstrap(ctx, l, admin, opts, running); err != nil {
+	if err := bootstrap(ctx, l, p.admin, opts, p.running()); err != nil {
 		return err
 	}
 	if opts.nodes > 0 {
-		nodes, err := startNodes(ctx, l, opts, pki, server, admin)
+		nodes, err := startNodes(ctx, l, opts, pki, server, p.admin)
 		if nodes != nil {
 			defer nodes.stop()
 		}
 		if err != nil {
 			return err
 		}
+		p.nodes = nodes
 		fmt.Printf("%d nodes are Ready\n", opts.nodes)
+	}
+	if err := p.serveControl(); err != nil {
+		return err
 	}
 	if err := os.WriteFile(l.readyFile(), []byte(server+"\n"), 0o644); err != nil {
 		return err
 	}
 	fmt.Println("the control plane is ready")
 
-	return waitForEnd(ctx, running)
+	return waitForEnd(ctx)
 }
 
-// waitForEnd blocks until a signal (a clean stop) or a component's exit (an error).
-func waitForEnd(ctx context.Context, running []*component) error {
-	exits := make(chan string, len(running))
-	for _, c := range running {
-		go func(c *component) {
-			err := <-c.done
-			c.done <- err // keep it readable for stop()
-			exits <- fmt.Sprintf("%s exited: %v", c.name, err)
-		}(c)
-	}
+// waitForEnd blocks until a signal (a clean stop) or a component's exit that nobody asked for (an error).
+func waitForEnd(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		fmt.Println("stopping")
 		return nil
-	case msg := <-exits:
+	case msg := <-unexpectedExits:
 		return errors.New(msg)
 	}
 }

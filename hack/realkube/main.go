@@ -7,6 +7,7 @@
 //
 //	realkube up --dir DIR [--manifest FILE]... [--service-account NS/NAME]... [--nodes N [--cluster-cidr CIDR]]
 //	realkube down --dir DIR
+//	realkube fault --dir DIR restart etcd|kube-apiserver | compact | proxy NAME [--mode MODE] [--latency D]
 //	realkube kubectl ARGS...
 //
 // `up` starts a supervisor (`realkube serve`) in the background, which runs `realkube etcd`,
@@ -40,6 +41,7 @@ var commands = []command{
 	{"kubelet", "a node's kubelet (with --nodes)", runKubelet},
 	{"kube-proxy", "kube-proxy (with --nodes)", runProxy},
 	{"node", "stop or start a node's kubelet: node --dir DIR stop-kubelet|start-kubelet NAME", runNode},
+	{"fault", "restart etcd or kube-apiserver, compact etcd, or set a fault proxy: fault --dir DIR ...", runFault},
 	{"kubectl", "kubectl", runKubectl},
 }
 

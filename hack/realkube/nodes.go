@@ -13,8 +13,8 @@ package main
 // It needs root, changes the host (sysctls, nftables, links, addresses on lo, mounts, cgroups) and puts
 // every change back when it stops (see host.go). One cluster with nodes at a time per host.
 //
-// A loopback control endpoint (its address in DIR/control.addr; `realkube node`) stops and starts a node's
-// kubelet: the tests' stand-in for a machine that went down.
+// The control endpoint (control.go; `realkube node`) stops and starts a node's kubelet: the tests' stand-in
+// for a machine that went down.
 
 import (
 	"context"
@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,7 +99,6 @@ type nodeSet struct {
 	mu      sync.Mutex
 	kubelet map[string]*component
 	others  []*component
-	control *http.Server
 }
 
 // startNodes prepares the host and starts the nodes, kube-proxy and kube-scheduler; it returns once every
@@ -160,7 +158,7 @@ func startNodes(ctx context.Context, l layout, opts *serveOptions, pki pkiFiles,
 	if err := set.waitReady(ctx); err != nil {
 		return set, err
 	}
-	return set, set.serveControl()
+	return set, nil
 }
 
 // identity writes a client certificate and kubeconfig for user (of groups) and returns the kubeconfig.
@@ -369,9 +367,6 @@ func (s *nodeSet) waitReady(ctx context.Context) error {
 
 // stop stops the nodes and restores the host; it logs what could not be restored.
 func (s *nodeSet) stop() {
-	if s.control != nil {
-		_ = s.control.Close()
-	}
 	for _, node := range s.specs {
 		s.stopKubelet(node.name)
 	}
@@ -558,13 +553,8 @@ func cniTemplate(node nodeSpec) string {
 `, node.name, node.index, node.runPath("ipam"))
 }
 
-// serveControl serves the control endpoint on loopback and writes its address to DIR/control.addr.
-func (s *nodeSet) serveControl() error {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
+// routes adds the nodes' part of the control endpoint (control.go): stop and start a kubelet, list nodes.
+func (s *nodeSet) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /nodes/{name}/kubelet/{action}", func(w http.ResponseWriter, r *http.Request) {
 		node, ok := s.spec(r.PathValue("name"))
 		if !ok {
@@ -606,9 +596,6 @@ func (s *nodeSet) serveControl() error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.control.Serve(listener) }()
-	return os.WriteFile(s.l.path("control.addr"), []byte(listener.Addr().String()), 0o644)
 }
 
 func (s *nodeSet) spec(name string) (nodeSpec, bool) {
@@ -632,18 +619,6 @@ func runNode(args []string) error {
 		return errors.New("usage: realkube node --dir DIR stop-kubelet|start-kubelet NAME")
 	}
 	action := strings.TrimSuffix(rest[0], "-kubelet")
-	addr, err := os.ReadFile(filepath.Join(*dir, "control.addr"))
-	if err != nil {
-		return fmt.Errorf("no cluster with nodes in %s: %w", *dir, err)
-	}
-	url := fmt.Sprintf("http://%s/nodes/%s/kubelet/%s", strings.TrimSpace(string(addr)), rest[1], action)
-	resp, err := http.Post(url, "", nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("%s: %s", rest[0], resp.Status)
-	}
-	return nil
+	_, err := controlRequest(*dir, http.MethodPost, fmt.Sprintf("/nodes/%s/kubelet/%s", rest[1], action), nil)
+	return err
 }

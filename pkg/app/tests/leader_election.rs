@@ -232,3 +232,41 @@ async fn acquiring_stops_on_cancel() {
     assert!(start.elapsed() < Duration::from_millis(900));
     assert!(!status_b.is_leader());
 }
+
+#[tokio::test]
+async fn a_watching_standby_takes_over_as_soon_as_the_lease_is_released() {
+    let server = TestApiServer::start().await.unwrap();
+    // Retries so far apart that only the standby's watch on the Lease can explain a quick takeover.
+    let slow = |identity: &str| LeaderElectionConfig {
+        lease_duration: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
+        renew_deadline: Duration::from_secs(40),
+        retry_period: Duration::from_secs(30),
+        ..config(identity)
+    };
+    let status = || LeaderStatus::new(NAME, Duration::from_secs(5));
+    let mut a = LeaderElector::new(server.client().unwrap(), slow("a"), status());
+    let mut b = LeaderElector::new(server.client().unwrap(), slow("b"), status());
+    let cancel = CancellationToken::new();
+    assert!(a.acquire(&cancel).await);
+
+    let standby = tokio::spawn(async move {
+        let won = b.acquire(&CancellationToken::new()).await;
+        (won, Instant::now())
+    });
+    // The standby has tried once and is waiting for its next retry, 30 s away.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!standby.is_finished());
+    let released = Instant::now();
+    assert!(a.release().await.unwrap());
+    let (won, at) = tokio::time::timeout(Duration::from_secs(5), standby)
+        .await
+        .expect("the standby took over before its next retry")
+        .unwrap();
+    assert!(won);
+    let waited = at - released;
+    assert!(
+        waited < Duration::from_secs(1),
+        "took over {waited:?} after the release"
+    );
+    assert_eq!(raw_lease(&server).await["spec"]["holderIdentity"], "b");
+}
