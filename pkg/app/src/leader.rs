@@ -274,18 +274,31 @@ const LEASE_WATCH_TIMEOUT_SECONDS: u32 = 290;
 /// Changes of the Lease, as a waiting candidate watches them.
 type LeaseEvents = BoxStream<'static, Result<WatchEvent<Lease>, kube::Error>>;
 
-/// A waiting candidate's watch on the Lease: it wakes the candidate as soon as the holder releases the
-/// Lease (clears its holder, as a leader stopping cleanly does) or the Lease is deleted, instead of at the
-/// next retry period, so a clean hand-over takes a round trip rather than up to a retry period. Polling
-/// every retry period goes on regardless: the watch only shortens the wait. A watch the candidate may not
-/// make (no `watch` on leases in its role) is not tried again.
+/// How long after the observed expiry of a holder's lease a candidate tries to take it over (the
+/// expiry is judged with a strict comparison).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
+/// What a waiting candidate's watch saw.
+enum LeaseChange {
+    /// The holder released the Lease (cleared its holder) or it was deleted.
+    Released,
+    /// The Lease was written (a renewal): the holder is alive.
+    Written(Lease),
+}
+
+/// A waiting candidate's watch on the Lease. It wakes the candidate as soon as the holder releases the
+/// Lease (as a leader stopping cleanly does), so a clean hand-over takes a round trip instead of up to a
+/// retry period; and it sees each renewal when it happens, so a holder that stopped renewing is taken
+/// over one lease duration after its last renewal instead of up to a retry period later. Polling every
+/// retry period goes on regardless. A watch the candidate may not make (no `watch` on leases in its role)
+/// is not tried again.
 #[derive(Default)]
-struct ReleaseWatch {
+struct LeaseWatch {
     events: Option<LeaseEvents>,
     forbidden: bool,
 }
 
-impl ReleaseWatch {
+impl LeaseWatch {
     /// Starts the watch unless it runs, is forbidden, or there is nothing observed to watch from.
     async fn start(&mut self, elector: &LeaderElector) {
         if self.events.is_some() || self.forbidden {
@@ -307,21 +320,23 @@ impl ReleaseWatch {
         }
     }
 
-    /// Resolves when the Lease is released or deleted; never while no watch runs. A watch that ends or
-    /// fails is dropped (started again at the next attempt).
-    async fn released(&mut self) {
-        let Some(events) = self.events.as_mut() else {
-            return std::future::pending().await;
-        };
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(WatchEvent::Modified(lease)) if is_released(&lease) => return,
-                Ok(WatchEvent::Deleted(_)) => return,
-                Ok(WatchEvent::Error(_)) | Err(_) => break,
-                Ok(_) => {}
+    /// The next change; never resolves while no watch runs. A watch that ends or fails is dropped
+    /// (started again at the next attempt).
+    async fn next_change(&mut self) -> LeaseChange {
+        if let Some(events) = self.events.as_mut() {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(WatchEvent::Modified(lease)) if is_released(&lease) => {
+                        return LeaseChange::Released;
+                    }
+                    Ok(WatchEvent::Modified(lease)) => return LeaseChange::Written(lease),
+                    Ok(WatchEvent::Deleted(_)) => return LeaseChange::Released,
+                    Ok(WatchEvent::Error(_)) | Err(_) => break,
+                    Ok(_) => {}
+                }
             }
+            self.events = None;
         }
-        self.events = None;
         std::future::pending().await
     }
 }
@@ -520,7 +535,7 @@ impl LeaderElector {
             "attempting to acquire the leader lease"
         );
         let mut last_holder: Option<String> = None;
-        let mut release_watch = ReleaseWatch::default();
+        let mut lease_watch = LeaseWatch::default();
         loop {
             if cancel.is_cancelled() {
                 return false;
@@ -545,15 +560,48 @@ impl LeaderElector {
                 }
                 Err(err) => tracing::warn!(error = %err, "failed to acquire the leader lease"),
             }
-            release_watch.start(self).await;
-            tokio::select! {
-                _ = cancel.cancelled() => return false,
-                _ = tokio::time::sleep(self.retry_delay()) => {}
-                _ = release_watch.released() => {
-                    tracing::debug!(lease = %self.config.name, "the lease was released; trying at once");
-                }
+            lease_watch.start(self).await;
+            if !self.wait_for_next_attempt(&mut lease_watch, cancel).await {
+                return false;
             }
         }
+    }
+
+    /// Waits until the next attempt is due: a retry period from now, or sooner when the observed holder's
+    /// lease runs out first or the Lease is released. Renewals the watch reports move the observation
+    /// (the holder is alive). `false` when `cancel` fired.
+    async fn wait_for_next_attempt(
+        &mut self,
+        lease_watch: &mut LeaseWatch,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let deadline = Instant::now() + self.retry_delay().min(self.until_observed_expiry());
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep_until(deadline) => return true,
+                change = lease_watch.next_change() => match change {
+                    LeaseChange::Released => {
+                        tracing::debug!(lease = %self.config.name, "the lease was released; trying at once");
+                        return true;
+                    }
+                    LeaseChange::Written(lease) => self.observe(&lease, false),
+                },
+            }
+        }
+    }
+
+    /// How long until the observed holder's lease runs out on our clock (just past it); `Duration::MAX`
+    /// with nothing observed or when it has run out already (the last attempt failed: wait a retry period).
+    fn until_observed_expiry(&self) -> Duration {
+        let Some(observed) = &self.observed else {
+            return Duration::MAX;
+        };
+        let seconds = observed.spec.lease_duration_seconds.unwrap_or(0).max(0);
+        let expiry = observed.at + Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        expiry
+            .checked_duration_since(Instant::now())
+            .map_or(Duration::MAX, |left| left + EXPIRY_MARGIN)
     }
 
     /// A watch on our Lease from the last observed version, when there is a holder to wait for.

@@ -270,3 +270,40 @@ async fn a_watching_standby_takes_over_as_soon_as_the_lease_is_released() {
     );
     assert_eq!(raw_lease(&server).await["spec"]["holderIdentity"], "b");
 }
+
+#[tokio::test]
+async fn a_watching_standby_takes_over_one_lease_duration_after_the_last_renewal() {
+    let server = TestApiServer::start().await.unwrap();
+    // Retries far apart: a takeover close to one lease duration after the last renewal needs the watch.
+    let slow = |identity: &str| LeaderElectionConfig {
+        lease_duration: LeaseDuration::new(Duration::from_secs(2)).unwrap(),
+        renew_deadline: Duration::from_millis(1_500),
+        retry_period: Duration::from_secs(30),
+        ..config(identity)
+    };
+    let status = || LeaderStatus::new(NAME, Duration::from_secs(5));
+    let mut a = LeaderElector::new(server.client().unwrap(), slow("a"), status());
+    let mut b = LeaderElector::new(server.client().unwrap(), slow("b"), status());
+    let cancel = CancellationToken::new();
+    assert!(a.acquire(&cancel).await);
+    let standby = tokio::spawn(async move {
+        let won = b.acquire(&CancellationToken::new()).await;
+        (won, Instant::now())
+    });
+    // The leader renews a few times, which the standby sees, then stops.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(a.try_acquire_or_renew().await.unwrap());
+    }
+    let last_renewal = Instant::now();
+    let (won, at) = tokio::time::timeout(Duration::from_secs(10), standby)
+        .await
+        .expect("the standby took over before its next retry")
+        .unwrap();
+    assert!(won);
+    let waited = at - last_renewal;
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_millis(2_600),
+        "took over {waited:?} after the last renewal"
+    );
+}
