@@ -7,7 +7,7 @@ CARGO    ?= cargo
 FEATURES ?= --all-features
 MOTO     := .venv/bin/moto_server
 
-.PHONY: help build build-arm64 test test-arm64 test-realkube test-real-nodes real-nodes-deps test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale bench-lb-traffic fuzz fmt fmt-check lint clean
+.PHONY: help build build-arm64 test test-arm64 test-realkube test-reliability test-real-nodes real-nodes-deps test-upstream verify-manifests realkube upstream demo e2e e2e-kind bench bench-scale bench-lb-traffic reliability fuzz fmt fmt-check lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -24,6 +24,7 @@ test: fmt-check build lint $(MOTO) ## The full suite: formatting, clippy, unit, 
 	$(CARGO) test --workspace $(FEATURES) --locked --no-fail-fast
 	$(MAKE) --no-print-directory test-arm64
 	$(MAKE) --no-print-directory test-realkube
+	$(MAKE) --no-print-directory test-reliability
 	$(MAKE) --no-print-directory test-real-nodes
 	$(MAKE) --no-print-directory verify-manifests
 	$(MAKE) --no-print-directory test-upstream
@@ -33,6 +34,9 @@ test-arm64: ## The arm64 daemon (dev build) under qemu: --version, a node initia
 
 test-realkube: ## The conformance and end-to-end suites against a real kube-apiserver (hack/realkube; needs Go).
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test.sh
+
+test-reliability: ## The reliability scenarios on the real control plane with the debug daemon: kube-apiserver and etcd restarted, etcd compacted, leader failover under partitions, a slow API server (about 7 minutes).
+	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/reliability.sh
 
 test-real-nodes: ## The end-to-end suite on three real kubelets with containerd and kube-proxy beside the real control plane (needs root and `make real-nodes-deps`; the host is restored and checked afterwards).
 	CARGO="$(CARGO)" FEATURES="$(FEATURES)" hack/realkube/test-nodes.sh
@@ -73,6 +77,9 @@ bench: ## Whole-process benchmarks of the release daemon, side by side with upst
 	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench
 	hack/upstream/build.sh
 	$(CARGO) run --release --locked -p ccm-bench -- --upstream target/upstream/bin/upstream-ccm
+
+reliability: ## The reliability scenarios with the release daemon, their figures as a Markdown table (test/bench/README.md has the last ones).
+	CARGO="$(CARGO)" PROFILE=release hack/realkube/reliability.sh
 
 bench-scale: ## The scale benchmarks: 100,000 nodes (e, e-start, e-pass) and 10,000 load balancers (f); about 12 minutes.
 	$(CARGO) build --release --locked -p cloud-controller-manager -p ccm-bench

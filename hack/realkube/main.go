@@ -13,7 +13,10 @@
 // `up` starts a supervisor (`realkube serve`) in the background, which runs `realkube etcd`,
 // `realkube kube-apiserver` and `realkube kube-controller-manager` as child processes, and returns once the
 // cluster is ready: DIR/admin.kubeconfig (system:masters), and one DIR/NAME.kubeconfig per requested
-// ServiceAccount with a token from the TokenRequest API.
+// ServiceAccount with a token from the TokenRequest API. While the cluster runs, the supervisor serves a control
+// endpoint on loopback (DIR/control.addr; control.go) that restarts etcd and kube-apiserver, compacts etcd
+// and runs TCP fault proxies (faultproxy.go); `realkube fault` and `realkube node` are its command-line
+// clients.
 package main
 
 import (

@@ -283,7 +283,7 @@ enum LeaseChange {
     /// The holder released the Lease (cleared its holder) or it was deleted.
     Released,
     /// The Lease was written (a renewal): the holder is alive.
-    Written(Lease),
+    Written(Box<Lease>),
 }
 
 /// A waiting candidate's watch on the Lease. It wakes the candidate as soon as the holder releases the
@@ -329,7 +329,9 @@ impl LeaseWatch {
                     Ok(WatchEvent::Modified(lease)) if is_released(&lease) => {
                         return LeaseChange::Released;
                     }
-                    Ok(WatchEvent::Modified(lease)) => return LeaseChange::Written(lease),
+                    Ok(WatchEvent::Modified(lease)) => {
+                        return LeaseChange::Written(Box::new(lease));
+                    }
                     Ok(WatchEvent::Deleted(_)) => return LeaseChange::Released,
                     Ok(WatchEvent::Error(_)) | Err(_) => break,
                     Ok(_) => {}

@@ -118,6 +118,15 @@ impl Cluster {
         }
     }
 
+    /// The directory of the real control plane (`realkube up --dir`): its audit log and control endpoint;
+    /// none for the in-memory API server.
+    pub fn real_dir(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::InMemory(_) => None,
+            Backend::Real(plane) => Some(&plane.dir),
+        }
+    }
+
     /// The kubeconfig for the daemon (its own token and identity).
     pub fn daemon_kubeconfig(&self) -> &Path {
         &self.daemon_kubeconfig

@@ -39,36 +39,7 @@ impl FakeAdmin {
         path: &str,
         body: Bytes,
     ) -> anyhow::Result<(u16, Bytes)> {
-        let what = format!("{method} http://{}{path}", self.addr);
-        tokio::time::timeout(REQUEST_TIMEOUT, self.request_inner(method, path, body))
-            .await
-            .with_context(|| format!("{what}: no answer within {REQUEST_TIMEOUT:?}"))?
-            .with_context(|| what)
-    }
-
-    async fn request_inner(
-        &self,
-        method: Method,
-        path: &str,
-        body: Bytes,
-    ) -> anyhow::Result<(u16, Bytes)> {
-        let stream = TcpStream::connect(self.addr).await?;
-        let _ = stream.set_nodelay(true);
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header(header::HOST, self.addr.to_string())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))?;
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
+        http1_request(self.addr, method, path, body, REQUEST_TIMEOUT).await
     }
 
     /// Calls per cloud operation since the start or the last reset.
@@ -163,6 +134,41 @@ impl FakeAdmin {
         }
         FakeConfig::from_yaml(&body).context("GET /config: not a valid fake cloud config")
     }
+}
+
+/// One HTTP/1.1 request with a JSON body to a plain-HTTP loopback server, answered within `timeout`
+/// (connection included): the status and the body.
+pub async fn http1_request(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> anyhow::Result<(u16, Bytes)> {
+    let what = format!("{method} http://{addr}{path}");
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, addr.to_string())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok::<_, anyhow::Error>((status, body))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .with_context(|| format!("{what}: no answer within {timeout:?}"))?
+        .with_context(|| what)
 }
 
 /// A free TCP port on 127.0.0.1 (bound once and released, so another process can take it).

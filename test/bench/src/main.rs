@@ -18,6 +18,7 @@ mod cluster;
 mod daemon;
 mod fake_admin;
 mod lb_traffic;
+mod reliability;
 mod report;
 mod runner;
 mod scale;
@@ -41,9 +42,14 @@ use crate::scenario::{Kind, RunSettings, Scenario};
 #[command(name = "ccm-bench", max_term_width = 110)]
 struct Args {
     /// Scenarios to run, comma-separated: a, b, b-addr, c, d, d-paced, chaos, e, e-start, e-pass, f, all
-    /// (a to d-paced), scale (e to f), or lb-traffic (the fake load balancers' data path, alone).
+    /// (a to d-paced), scale (e to f), lb-traffic (the fake load balancers' data path, alone), or
+    /// reliability (faults of the real control plane, alone; needs --realkube; 1,000 nodes and 200
+    /// services by default).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
+    /// With --scenario reliability: the cases to run, comma-separated (default: all of them).
+    #[arg(long, value_delimiter = ',')]
+    case: Vec<String>,
     /// Nodes of the node scenarios (a, b, c, e, e-start, e-pass) and of chaos, instead of their defaults.
     #[arg(long)]
     nodes: Option<usize>,
@@ -218,6 +224,9 @@ async fn main() -> anyhow::Result<()> {
     if args.scenario.iter().any(|s| s.trim() == LB_TRAFFIC) {
         return run_lb_traffic(&args).await;
     }
+    if args.scenario.iter().any(|s| s.trim() == RELIABILITY) {
+        return run_reliability(&args).await;
+    }
     let scenarios = args.scenarios()?;
     let settings = args.run_settings();
     if !settings.binary.is_file() {
@@ -317,6 +326,30 @@ async fn run_lb_traffic(args: &Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("cannot create a scratch directory")?;
     let text = lb_traffic::run(&settings, dir.path()).await?;
     println!("{text}");
+    if let Some(path) = &args.write {
+        append(path, &text)?;
+    }
+    Ok(())
+}
+
+/// The reliability scenarios ([`reliability`]), run on their own on the real control plane.
+const RELIABILITY: &str = "reliability";
+
+/// Runs the reliability cases and prints (and appends to `--write`) their section.
+async fn run_reliability(args: &Args) -> anyhow::Result<()> {
+    if args.scenario.len() > 1 {
+        bail!("{RELIABILITY} runs alone");
+    }
+    let settings = args.run_settings();
+    if settings.realkube.is_none() {
+        bail!("{RELIABILITY} runs on the real control plane: pass --realkube (make realkube)");
+    }
+    let sizes = reliability::Sizes {
+        nodes: args.nodes.unwrap_or(1_000),
+        services: args.services.unwrap_or(200),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    let text = reliability::run(&settings, sizes, &args.case).await?;
     if let Some(path) = &args.write {
         append(path, &text)?;
     }

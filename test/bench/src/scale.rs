@@ -168,7 +168,7 @@ async fn follow_startup(
 }
 
 /// A client for the daemon's serving endpoint (a self-signed certificate).
-fn health_client(port: u16) -> anyhow::Result<kube::Client> {
+pub(crate) fn health_client(port: u16) -> anyhow::Result<kube::Client> {
     let url = format!("https://127.0.0.1:{port}")
         .parse()
         .context("the health URL is valid")?;
@@ -179,7 +179,7 @@ fn health_client(port: u16) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build the health client")
 }
 
-async fn healthy(client: &kube::Client) -> bool {
+pub(crate) async fn healthy(client: &kube::Client) -> bool {
     let Ok(request) = http::Request::get("/healthz").body(Vec::new()) else {
         return false;
     };

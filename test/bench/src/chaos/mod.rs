@@ -18,10 +18,10 @@
 //!    the kill and the end of the faults, waits for the events to settle and checks that no object got
 //!    more than [`EVENT_BOUND`] event occurrences ([`events`]).
 
-mod checks;
+pub mod checks;
 mod daemons;
-mod events;
-mod faults;
+pub mod events;
+pub mod faults;
 mod report;
 mod writes;
 
