@@ -6,10 +6,10 @@ package main
 //	POST /components/{etcd|kube-apiserver}/restart   stop (SIGTERM) and start again; answers once the API
 //	                                                  server is ready, with the times of each step
 //	POST /etcd/compact                                compact etcd's history to its current revision
-//	POST /proxies/{name}                              a TCP fault proxy to the API server (faultproxy.go)
+//	POST /proxies/{name}                              a TCP fault proxy to the API server (faultproxy.go),
+//	                                                  made once; answers its address, mode and counters
 //	PUT  /proxies/{name}                              its mode: {"mode": "pass|blackhole|reset|cut-requests|
 //	                                                  cut-responses", "latency": "2s"}
-//	GET  /proxies/{name}                              its address, source address, mode and counters
 //
 // and, with --nodes, the nodes' routes (nodes.go). `realkube fault` and `realkube node` are its command-line
 // clients.
@@ -228,14 +228,6 @@ func (p *plane) serveControl() error {
 		proxy, err := p.addProxy(r.PathValue("name"))
 		if err != nil {
 			reply(w, nil, err)
-			return
-		}
-		reply(w, proxy.status(), nil)
-	})
-	mux.HandleFunc("GET /proxies/{name}", func(w http.ResponseWriter, r *http.Request) {
-		proxy, ok := p.proxy(r.PathValue("name"))
-		if !ok {
-			http.Error(w, "no such proxy", http.StatusNotFound)
 			return
 		}
 		reply(w, proxy.status(), nil)

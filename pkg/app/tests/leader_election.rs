@@ -31,6 +31,18 @@ fn elector(server: &TestApiServer, identity: &str) -> (LeaderElector, LeaderStat
     (elector, status)
 }
 
+/// A candidate that retries only every 30 s, with the given lease duration and renew deadline (seconds).
+fn slow_elector(server: &TestApiServer, identity: &str, lease: u64, renew: u64) -> LeaderElector {
+    let config = LeaderElectionConfig {
+        lease_duration: LeaseDuration::new(Duration::from_secs(lease)).unwrap(),
+        renew_deadline: Duration::from_secs(renew),
+        retry_period: Duration::from_secs(30),
+        ..config(identity)
+    };
+    let status = LeaderStatus::new(NAME, Duration::from_secs(5));
+    LeaderElector::new(server.client().unwrap(), config, status)
+}
+
 /// The Lease as raw JSON, to check the wire format.
 async fn raw_lease(server: &TestApiServer) -> serde_json::Value {
     let request = http::Request::get(format!(
@@ -237,15 +249,8 @@ async fn acquiring_stops_on_cancel() {
 async fn a_watching_standby_takes_over_as_soon_as_the_lease_is_released() {
     let server = TestApiServer::start().await.unwrap();
     // Retries so far apart that only the standby's watch on the Lease can explain a quick takeover.
-    let slow = |identity: &str| LeaderElectionConfig {
-        lease_duration: LeaseDuration::new(Duration::from_secs(60)).unwrap(),
-        renew_deadline: Duration::from_secs(40),
-        retry_period: Duration::from_secs(30),
-        ..config(identity)
-    };
-    let status = || LeaderStatus::new(NAME, Duration::from_secs(5));
-    let mut a = LeaderElector::new(server.client().unwrap(), slow("a"), status());
-    let mut b = LeaderElector::new(server.client().unwrap(), slow("b"), status());
+    let mut a = slow_elector(&server, "a", 60, 40);
+    let mut b = slow_elector(&server, "b", 60, 40);
     let cancel = CancellationToken::new();
     assert!(a.acquire(&cancel).await);
 
@@ -275,15 +280,8 @@ async fn a_watching_standby_takes_over_as_soon_as_the_lease_is_released() {
 async fn a_watching_standby_takes_over_one_lease_duration_after_the_last_renewal() {
     let server = TestApiServer::start().await.unwrap();
     // Retries far apart: a takeover close to one lease duration after the last renewal needs the watch.
-    let slow = |identity: &str| LeaderElectionConfig {
-        lease_duration: LeaseDuration::new(Duration::from_secs(2)).unwrap(),
-        renew_deadline: Duration::from_millis(1_500),
-        retry_period: Duration::from_secs(30),
-        ..config(identity)
-    };
-    let status = || LeaderStatus::new(NAME, Duration::from_secs(5));
-    let mut a = LeaderElector::new(server.client().unwrap(), slow("a"), status());
-    let mut b = LeaderElector::new(server.client().unwrap(), slow("b"), status());
+    let mut a = slow_elector(&server, "a", 2, 1);
+    let mut b = slow_elector(&server, "b", 2, 1);
     let cancel = CancellationToken::new();
     assert!(a.acquire(&cancel).await);
     let standby = tokio::spawn(async move {

@@ -189,14 +189,15 @@ impl Bed {
     }
 
     /// Waits until the end state has no problem (API errors while the API server restarts are retried);
-    /// fails at `deadline` with the problems left. `daemon` must keep running.
+    /// fails after `timeout` with the problems left. The daemon must keep running.
     pub async fn converge(
         &self,
         expected: &Expected,
         running: &mut Running,
         with_cloud: bool,
-        deadline: Instant,
+        timeout: Duration,
     ) -> anyhow::Result<Instant> {
+        let deadline = Instant::now() + timeout;
         loop {
             running.daemon.check_running()?;
             let admin = with_cloud.then_some(&running.admin);

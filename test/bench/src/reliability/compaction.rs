@@ -44,13 +44,8 @@ pub async fn run(bed: &Bed, sizes: Sizes, report: &mut CaseReport) -> anyhow::Re
         services: SERVICES,
         ..Expected::default()
     };
-    bed.converge(
-        &expected,
-        &mut running,
-        true,
-        Instant::now() + sizes.timeout,
-    )
-    .await?;
+    bed.converge(&expected, &mut running, true, sizes.timeout)
+        .await?;
 
     // The gap: every connection of the daemon is reset and new ones are refused.
     bed.control
@@ -96,12 +91,7 @@ pub async fn run(bed: &Bed, sizes: Sizes, report: &mut CaseReport) -> anyhow::Re
         proxy.reset.to_string(),
     );
     let converged = bed
-        .converge(
-            &expected,
-            &mut running,
-            true,
-            Instant::now() + sizes.timeout,
-        )
+        .converge(&expected, &mut running, true, sizes.timeout)
         .await?;
     report.figure(
         "changes of the gap acted on after the heal",

@@ -206,13 +206,8 @@ pub async fn run(
         daemon: b.daemon,
         admin: b.admin,
     };
-    bed.converge(
-        &expected,
-        &mut standby,
-        false,
-        Instant::now() + sizes.timeout,
-    )
-    .await?;
+    bed.converge(&expected, &mut standby, false, sizes.timeout)
+        .await?;
     report.figure(
         "nodes created meanwhile, all initialized",
         created.to_string(),

@@ -100,12 +100,7 @@ pub async fn run(
         ..Expected::default()
     };
     let converged = bed
-        .converge(
-            &expected,
-            &mut running,
-            true,
-            Instant::now() + sizes.timeout,
-        )
+        .converge(&expected, &mut running, true, sizes.timeout)
         .await?;
     report.figure("end state reached", seconds(converged - start));
 

@@ -82,12 +82,7 @@ pub async fn run(bed: &Bed, sizes: Sizes, report: &mut CaseReport) -> anyhow::Re
         ..Expected::default()
     };
     let converged = bed
-        .converge(
-            &expected,
-            &mut running,
-            true,
-            Instant::now() + sizes.timeout,
-        )
+        .converge(&expected, &mut running, true, sizes.timeout)
         .await?;
     report.figure(
         "queues drained (end state) after the API server was fast again",
