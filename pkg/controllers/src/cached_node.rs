@@ -6,6 +6,7 @@
 //! projects every Node into a [`CachedNode`] before storing it: the metadata the controllers read, the spec
 //! fields that matter to cloud calls, the addresses and the status of the two conditions the controllers
 //! act on. Provider calls, which take `Node`s, get a slim `Node` rebuilt from it ([`CachedNode::to_node`]).
+//! The informer decodes Nodes straight into the fields kept here ([`WireNode`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
@@ -21,6 +22,7 @@ use kube::runtime::reflector::Lookup;
 use parking_lot::Mutex;
 
 use crate::trim::trim_metadata;
+use crate::wire_node::{WireCondition, WireNode, WireNodeSpec, WireNodeStatus};
 
 /// Type of the node condition the kubelet reports readiness with.
 pub const CONDITION_READY: &str = "Ready";
@@ -163,7 +165,41 @@ impl CachedNode {
 }
 
 impl From<Node> for CachedNode {
-    fn from(mut node: Node) -> Self {
+    fn from(node: Node) -> Self {
+        CachedNode::from(WireNode::from(node))
+    }
+}
+
+impl From<Node> for WireNode {
+    fn from(node: Node) -> Self {
+        let spec = node.spec.unwrap_or_default();
+        let status = node.status.unwrap_or_default();
+        WireNode {
+            metadata: node.metadata,
+            spec: Some(WireNodeSpec {
+                provider_id: spec.provider_id,
+                pod_cidr: spec.pod_cidr,
+                pod_cidrs: spec.pod_cidrs,
+                taints: spec.taints,
+            }),
+            status: Some(WireNodeStatus {
+                addresses: status.addresses,
+                conditions: status.conditions.map(|conditions| {
+                    conditions
+                        .into_iter()
+                        .map(|c| WireCondition {
+                            type_: c.type_,
+                            status: c.status,
+                        })
+                        .collect()
+                }),
+            }),
+        }
+    }
+}
+
+impl From<WireNode> for CachedNode {
+    fn from(mut node: WireNode) -> Self {
         trim_metadata(&mut node);
         let meta = node.metadata;
         let spec = node.spec.unwrap_or_default();
@@ -407,6 +443,26 @@ mod tests {
                 ..NodeStatus::default()
             }),
         }
+    }
+
+    #[test]
+    fn the_wire_decoding_keeps_exactly_what_the_whole_node_gives() {
+        let mut node = full_node();
+        node.metadata.creation_timestamp = Some(Time("2026-01-02T03:04:05Z".parse().unwrap()));
+        node.metadata.deletion_timestamp = Some(Time("2026-01-02T03:05:05Z".parse().unwrap()));
+        node.spec.as_mut().unwrap().pod_cidrs =
+            Some(vec!["10.244.1.0/24".into(), "fd00::/64".into()]);
+        let mut json = serde_json::to_value(&node).unwrap();
+        // Fields no version of the projection reads, and ones a newer server may add, are passed over.
+        json["status"]["newerField"] = serde_json::json!({"deep": [1, 2, {"x": null}]});
+        json["metadata"]["generateName"] = serde_json::json!("n-");
+        let wire: WireNode = serde_json::from_value(json).unwrap();
+        assert_eq!(CachedNode::from(wire), CachedNode::from(node));
+
+        let bare: WireNode = serde_json::from_str(r#"{"metadata": {"name": "n2"}}"#).unwrap();
+        let cached = CachedNode::from(bare);
+        assert_eq!((cached.name(), cached.provider_id()), ("n2", None));
+        assert!(cached.addresses.is_empty() && cached.ready.is_none());
     }
 
     #[test]

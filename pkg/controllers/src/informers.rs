@@ -4,14 +4,15 @@
 //! Controllers read the stores and subscribe before the informers start with an [`InformerEvents`] receiver,
 //! which reports changes, deletions and complete re-lists. Only the resource types somebody asked for (a
 //! store or a subscription) are watched. Objects are reduced before they are stored to keep memory flat at
-//! scale: nodes to a [`CachedNode`], Services and PersistentVolumes by [`trim_metadata`].
+//! scale: nodes to a [`CachedNode`] (decoded as a [`WireNode`], only the fields it keeps), Services and
+//! PersistentVolumes by [`trim_metadata`].
 
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, Service};
+use k8s_openapi::api::core::v1::{PersistentVolume, Service};
 use kube::Api;
 use kube::Resource;
 use kube::runtime::reflector::store::Writer;
@@ -27,6 +28,7 @@ use crate::cached_node::CachedNode;
 use crate::error::ControllersError;
 pub use crate::trim::trim_metadata;
 use crate::trim::trimmed;
+use crate::wire_node::WireNode;
 
 /// Page size of the initial and recovery lists.
 const LIST_PAGE_SIZE: u32 = 500;
@@ -246,7 +248,7 @@ fn project_event<K, T>(event: watcher::Event<K>, project: fn(K) -> T) -> watcher
 
 struct Inner {
     client: kube::Client,
-    nodes: Arc<Informer<Node, CachedNode>>,
+    nodes: Arc<Informer<WireNode, CachedNode>>,
     services: Arc<Informer<Service, Service>>,
     persistent_volumes: Arc<Informer<PersistentVolume, PersistentVolume>>,
     started: AtomicBool,

@@ -41,6 +41,7 @@ pub mod route;
 pub mod service;
 pub mod tagging;
 pub mod timed_cloud;
+pub mod wire_node;
 pub mod workqueue;
 pub mod workqueue_metrics;
 

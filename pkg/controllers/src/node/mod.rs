@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use cloud_provider::{CloudError, InstanceMetadata, ObjectKey, TAINT_UNINITIALIZED};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeAddress, Taint};
+use k8s_openapi::api::core::v1::{NodeAddress, Taint};
 use kube::api::{Api, Patch};
 use kube::runtime::reflector::{ObjectRef, Store};
 use parking_lot::Mutex;
@@ -36,6 +36,7 @@ use crate::identity;
 use crate::informers::{InformerEvent, InformerEvents, SharedInformers};
 use crate::names::ControllerName;
 use crate::panics::PanicGuard;
+use crate::wire_node::WireNode;
 use crate::workqueue::WorkQueue;
 use crate::workqueue_metrics::queue_names;
 
@@ -170,7 +171,7 @@ impl StaleVersions {
 
 struct Inner {
     ctx: ControllerContext,
-    api: Api<Node>,
+    api: Api<WireNode>,
     store: Store<CachedNode>,
     recorder: EventRecorder,
     queue: WorkQueue<String>,
@@ -644,7 +645,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::api::core::v1::{Node, NodeSpec};
 
     fn tainted_node(extra_taint: bool, provider_id: Option<&str>) -> CachedNode {
         let mut taints = vec![Taint {

@@ -17,6 +17,7 @@ use super::bed::{Bed, Running};
 use super::control::ProxyMode;
 use super::{CaseReport, Sizes, seconds};
 use crate::chaos::checks::Expected;
+use crate::daemon::Daemon;
 use crate::workload::tainted_node;
 
 /// Upstream's defaults, which the daemons run with.
@@ -50,6 +51,36 @@ pub enum Fault {
     Term,
 }
 
+/// The old leader's process, watched for its exit.
+struct OldLeader {
+    /// None once it was killed or stopped by the case.
+    daemon: Option<Daemon>,
+    exit: Option<ExitStatus>,
+    /// When its exit was seen, from the fault.
+    exited_after: Option<Duration>,
+}
+
+impl OldLeader {
+    /// Notes the exit, if it happened.
+    fn poll(&mut self, since: Instant) -> anyhow::Result<()> {
+        if let (Some(daemon), None) = (self.daemon.as_mut(), self.exit)
+            && let Some(status) = daemon.exited()?
+        {
+            self.exit = Some(status);
+            self.exited_after = Some(since.elapsed());
+        }
+        Ok(())
+    }
+}
+
+/// What the takeover looked like from the benchmark.
+struct Takeover {
+    fault_at: SystemTime,
+    /// When the Lease was first seen held by the standby, from the fault.
+    noticed: Duration,
+    new_identity: String,
+}
+
 /// Runs the case on `bed`.
 pub async fn run(
     bed: &Bed,
@@ -69,51 +100,13 @@ pub async fn run(
     let workload = tokio::spawn(create_nodes(bed.cluster.client(), stop_workload.clone()));
     tokio::time::sleep(AFTER_TAKEOVER).await;
 
-    let fault_at = SystemTime::now();
-    let faulted = Instant::now();
-    let mut a_daemon = Some(a.daemon);
-    let mut a_exit: Option<ExitStatus> = None;
-    match fault {
-        Fault::Blackhole => {
-            bed.control
-                .set_proxy("a", ProxyMode::Blackhole, Duration::ZERO)
-                .await?;
-        }
-        Fault::CutResponses => {
-            bed.control
-                .set_proxy("a", ProxyMode::CutResponses, Duration::ZERO)
-                .await?;
-        }
-        Fault::Kill => a_exit = Some(take(&mut a_daemon)?.kill().await?),
-        Fault::Term => a_exit = Some(take(&mut a_daemon)?.stop(EXIT_TIMEOUT).await?),
-    }
-    // The standby's takeover, noting when the old leader exits meanwhile.
-    let mut a_exited_after = None;
-    let deadline = Instant::now() + sizes.timeout;
-    let identity_b = loop {
-        b.daemon.check_running()?;
-        if let (Some(daemon), None) = (a_daemon.as_mut(), a_exit)
-            && let Some(status) = daemon.exited()?
-        {
-            a_exit = Some(status);
-            a_exited_after = Some(faulted.elapsed());
-        }
-        match holder(&leases).await {
-            Some(holder) if holder != identity_a => break holder,
-            _ if Instant::now() >= deadline => {
-                bail!("no new holder of the Lease within {:?}", sizes.timeout)
-            }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
+    let mut old = OldLeader {
+        daemon: Some(a.daemon),
+        exit: None,
+        exited_after: None,
     };
-    let noticed = faulted.elapsed();
-    if let Some(daemon) = a_daemon.as_mut() {
-        while a_exit.is_none() && faulted.elapsed() < EXIT_TIMEOUT {
-            a_exit = daemon.exited()?;
-            a_exited_after = Some(faulted.elapsed());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let takeover =
+        fault_and_takeover(bed, fault, &leases, &identity_a, &mut old, &mut b, sizes).await?;
     let healed = bed
         .control
         .set_proxy("a", ProxyMode::Pass, Duration::ZERO)
@@ -128,85 +121,36 @@ pub async fn run(
     stop_workload.cancel();
     let created = workload.await.context("the workload task")??;
 
-    let requests = bed.audit.requests()?;
-    let b_first = requests
-        .iter()
-        .filter(|r| {
-            r.source_ip == proxy_b.source_ip
-                && r.is_write()
-                && r.succeeded()
-                && r.received >= fault_at
-        })
-        .map(|r| r.received)
-        .min()
-        .context("no successful write of the new leader in the audit log")?;
-    let takeover = b_first.duration_since(fault_at).unwrap_or_default();
-    let a_last = requests
-        .iter()
-        .filter(|r| r.source_ip == proxy_a.source_ip && r.is_write())
-        .map(|r| r.received)
-        .max();
-    let late: Vec<String> = requests
-        .iter()
-        .filter(|r| r.source_ip == proxy_a.source_ip && r.is_write() && r.received >= b_first)
-        .map(|r| format!("{} {}/{} ({})", r.verb, r.resource, r.name, r.code))
-        .collect();
-    report.figure(
-        "takeover (fault to the new leader's first write)",
-        seconds(takeover),
-    );
-    report.figure("lease seen held by the standby after", seconds(noticed));
-    if let Some(last) = a_last {
-        let gap = match b_first.duration_since(last) {
-            Ok(gap) => format!("{} before", seconds(gap)),
-            Err(err) => format!("{} after", seconds(err.duration())),
-        };
-        report.figure(
-            "old leader's last write",
-            format!("{gap} the new leader's first"),
-        );
-    }
-    if !late.is_empty() {
-        report.fail(format!(
-            "{} writes of the deposed leader after the new leader's first: {}",
-            late.len(),
-            late.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-        ));
-    }
+    let took = check_audit(
+        bed,
+        &takeover,
+        &proxy_a.source_ip,
+        &proxy_b.source_ip,
+        report,
+    )?;
     let bound = match fault {
         Fault::Term => RELEASE_TAKEOVER,
         Fault::Kill => LEASE_DURATION + SLACK,
         Fault::Blackhole | Fault::CutResponses => LEASE_DURATION + RETRY_PERIOD + SLACK,
     };
-    if takeover > bound {
+    if took > bound {
         report.fail(format!(
             "took over after {}, bound {}",
-            seconds(takeover),
+            seconds(took),
             seconds(bound)
         ));
     }
-    check_exit(fault, a_exit, report);
-    if let Some(after) = a_exited_after {
-        report.figure("old leader exited (after the fault)", seconds(after));
-        if after >= takeover {
-            report.fail(format!(
-                "the cut-off leader exited after {}, not before the takeover ({})",
-                seconds(after),
-                seconds(takeover)
-            ));
-        }
-    }
-    report.figure("identities", format!("{identity_a} → {identity_b}"));
+    check_exit(fault, &old, took, report);
+    report.figure(
+        "identities",
+        format!("{identity_a} → {}", takeover.new_identity),
+    );
 
     let expected = Expected {
         nodes: created,
         ..Expected::default()
     };
-    let mut standby = Running {
-        daemon: b.daemon,
-        admin: b.admin,
-    };
-    bed.converge(&expected, &mut standby, false, sizes.timeout)
+    bed.converge(&expected, &mut b, false, sizes.timeout)
         .await?;
     report.figure(
         "nodes created meanwhile, all initialized",
@@ -215,13 +159,125 @@ pub async fn run(
     Ok(())
 }
 
-fn take(daemon: &mut Option<crate::daemon::Daemon>) -> anyhow::Result<crate::daemon::Daemon> {
+/// Applies the fault to the old leader (`old`) and waits until the standby (`new`) holds the Lease, then
+/// until the old leader has exited.
+async fn fault_and_takeover(
+    bed: &Bed,
+    fault: Fault,
+    leases: &Api<Lease>,
+    old_identity: &str,
+    old: &mut OldLeader,
+    new: &mut Running,
+    sizes: Sizes,
+) -> anyhow::Result<Takeover> {
+    let fault_at = SystemTime::now();
+    let faulted = Instant::now();
+    match fault {
+        Fault::Blackhole => {
+            bed.control
+                .set_proxy("a", ProxyMode::Blackhole, Duration::ZERO)
+                .await?;
+        }
+        Fault::CutResponses => {
+            bed.control
+                .set_proxy("a", ProxyMode::CutResponses, Duration::ZERO)
+                .await?;
+        }
+        Fault::Kill => old.exit = Some(take(&mut old.daemon)?.kill().await?),
+        Fault::Term => old.exit = Some(take(&mut old.daemon)?.stop(EXIT_TIMEOUT).await?),
+    }
+    let deadline = Instant::now() + sizes.timeout;
+    let new_identity = loop {
+        new.daemon.check_running()?;
+        old.poll(faulted)?;
+        match holder(leases).await {
+            Some(holder) if holder != old_identity => break holder,
+            _ if Instant::now() >= deadline => {
+                bail!("no new holder of the Lease within {:?}", sizes.timeout)
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let noticed = faulted.elapsed();
+    while old.daemon.is_some() && old.exit.is_none() && faulted.elapsed() < EXIT_TIMEOUT {
+        old.poll(faulted)?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Takeover {
+        fault_at,
+        noticed,
+        new_identity,
+    })
+}
+
+/// Reads the audit log: the takeover time (the fault to the new leader's first successful write), the old
+/// leader's last write, and any write of the old leader received after the new leader's first (a failure).
+fn check_audit(
+    bed: &Bed,
+    takeover: &Takeover,
+    old_ip: &str,
+    new_ip: &str,
+    report: &mut CaseReport,
+) -> anyhow::Result<Duration> {
+    let requests = bed.audit.requests()?;
+    let new_first = requests
+        .iter()
+        .filter(|r| {
+            r.source_ip == new_ip
+                && r.is_write()
+                && r.succeeded()
+                && r.received >= takeover.fault_at
+        })
+        .map(|r| r.received)
+        .min()
+        .context("no successful write of the new leader in the audit log")?;
+    let took = new_first
+        .duration_since(takeover.fault_at)
+        .unwrap_or_default();
+    report.figure(
+        "takeover (fault to the new leader's first write)",
+        seconds(took),
+    );
+    report.figure(
+        "lease seen held by the standby after",
+        seconds(takeover.noticed),
+    );
+    let old_writes = || {
+        requests
+            .iter()
+            .filter(|r| r.source_ip == old_ip && r.is_write())
+    };
+    if let Some(last) = old_writes().map(|r| r.received).max() {
+        let gap = match new_first.duration_since(last) {
+            Ok(gap) => format!("{} before", seconds(gap)),
+            Err(err) => format!("{} after", seconds(err.duration())),
+        };
+        report.figure(
+            "old leader's last write",
+            format!("{gap} the new leader's first"),
+        );
+    }
+    let late: Vec<String> = old_writes()
+        .filter(|r| r.received >= new_first)
+        .map(|r| format!("{} {}/{} ({})", r.verb, r.resource, r.name, r.code))
+        .collect();
+    if !late.is_empty() {
+        report.fail(format!(
+            "{} writes of the deposed leader after the new leader's first: {}",
+            late.len(),
+            late.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(took)
+}
+
+fn take(daemon: &mut Option<Daemon>) -> anyhow::Result<Daemon> {
     daemon.take().context("the old leader is gone already")
 }
 
-/// A cut-off leader exits 1; a stopped one 0; a killed one by its signal.
-fn check_exit(fault: Fault, exit: Option<ExitStatus>, report: &mut CaseReport) {
-    let Some(status) = exit else {
+/// A cut-off leader exits 1, before the takeover; a stopped one 0; a killed one by its signal.
+fn check_exit(fault: Fault, old: &OldLeader, took: Duration, report: &mut CaseReport) {
+    let Some(status) = old.exit else {
         report.fail(format!(
             "the old leader did not exit within {EXIT_TIMEOUT:?}"
         ));
@@ -237,6 +293,16 @@ fn check_exit(fault: Fault, exit: Option<ExitStatus>, report: &mut CaseReport) {
         report.fail(format!(
             "the old leader exited with {status}, expected code {expected:?}"
         ));
+    }
+    if let Some(after) = old.exited_after {
+        report.figure("old leader exited (after the fault)", seconds(after));
+        if after >= took {
+            report.fail(format!(
+                "the cut-off leader exited after {}, not before the takeover ({})",
+                seconds(after),
+                seconds(took)
+            ));
+        }
     }
 }
 
