@@ -267,22 +267,10 @@ impl RealControlPlane {
             return Vec::new();
         };
         let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-        bytes[start..]
-            .split(|b| *b == b'\n')
-            .filter_map(|line| serde_json::from_slice::<AuditEvent>(line).ok())
-            .filter(|e| e.user.username == DAEMON_USER)
-            .filter(|e| {
-                let counted_stage = if e.verb == "watch" {
-                    "ResponseStarted"
-                } else {
-                    "ResponseComplete"
-                };
-                e.stage == counted_stage
-            })
-            .map(|e| {
-                let object = e.object_ref.unwrap_or_default();
-                (e.verb, object.resource, object.subresource)
-            })
+        crate::audit::parse(&bytes[start..])
+            .into_iter()
+            .filter(crate::audit::Request::by_daemon)
+            .map(|r| (r.verb, r.resource, r.subresource))
             .collect()
     }
 
@@ -302,30 +290,6 @@ impl RealControlPlane {
             eprintln!("ccm-bench: realkube down failed: {err}");
         }
     }
-}
-
-/// The fields of an audit event the benchmark reads.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AuditEvent {
-    stage: String,
-    verb: String,
-    user: AuditUser,
-    object_ref: Option<AuditObject>,
-}
-
-#[derive(serde::Deserialize)]
-struct AuditUser {
-    #[serde(default)]
-    username: String,
-}
-
-#[derive(Default, serde::Deserialize)]
-struct AuditObject {
-    #[serde(default)]
-    resource: String,
-    #[serde(default)]
-    subresource: String,
 }
 
 /// The total of `counts`, leaving out leader election (Leases), which is not per-object work.

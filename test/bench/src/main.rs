@@ -13,6 +13,7 @@
 //! cargo run --release -p ccm-bench -- --scenario chaos     # asserts the end state under faults
 //! ```
 
+mod audit;
 mod chaos;
 mod cluster;
 mod daemon;

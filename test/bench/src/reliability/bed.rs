@@ -11,8 +11,8 @@ use kube::Api;
 use kube::api::ListParams;
 use provider_fake::FakeConfig;
 
-use super::audit::AuditLog;
 use super::control::{ControlEndpoint, Proxy};
+use crate::audit::AuditLog;
 use crate::chaos::EVENT_BOUND;
 use crate::chaos::checks::{Expected, Problems, check_cloud, check_nodes, check_services};
 use crate::chaos::events::by_object;

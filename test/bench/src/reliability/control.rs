@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::Method;
 use serde::Deserialize;
 
+use crate::audit::parse_time;
 use crate::fake_admin::http1_request;
 
 /// How long a restart may take (SIGTERM, the shortened grace, the start, the API server's readiness).
@@ -166,26 +167,5 @@ impl ControlEndpoint {
             )
             .await?;
         serde_json::from_slice(&body).context("the proxy's description")
-    }
-}
-
-/// An RFC 3339 time (the control endpoint's and the audit log's) on the wall clock.
-pub fn parse_time(text: &str) -> anyhow::Result<SystemTime> {
-    let timestamp: k8s_openapi::jiff::Timestamp = text
-        .parse()
-        .with_context(|| format!("not an RFC 3339 time: {text:?}"))?;
-    Ok(SystemTime::from(timestamp))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_of_go_and_of_the_audit_log_parse() {
-        let go = parse_time("2026-11-27T22:29:48.683010884Z").unwrap();
-        let audit = parse_time("2026-11-27T22:29:48.683010Z").unwrap();
-        assert_eq!(go.duration_since(audit).unwrap(), Duration::from_nanos(884));
-        assert!(parse_time("yesterday").is_err());
     }
 }

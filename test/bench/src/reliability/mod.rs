@@ -3,7 +3,7 @@
 //! ([`control`]): kube-apiserver and etcd restarted, etcd compacted, and a TCP fault proxy between each
 //! daemon and the API server (latency, resets, a blackhole, a one-way cut). Each case starts a fresh
 //! control plane, asserts the end state, and reports its figures; the requests are read from the API
-//! server's audit log ([`audit`]).
+//! server's audit log ([`crate::audit`]).
 //!
 //! | case                | what happens                                                                  |
 //! |---------------------|-------------------------------------------------------------------------------|
@@ -16,7 +16,6 @@
 //! | `slow-apiserver`    | every request 2 s late for a minute                                           |
 //! | `cloud-faults-restart` | a slow cloud failing 30% of its calls during a kube-apiserver restart      |
 
-mod audit;
 mod bed;
 mod compaction;
 mod control;

@@ -110,7 +110,7 @@ pub async fn run(
             .ready
             .duration_since(restart.stopping)
             .unwrap_or_default();
-        match super::audit::first_daemon_write(&requests, restart.ready) {
+        match crate::audit::first_daemon_write(&requests, restart.ready) {
             Some(write) => report.figure(
                 &format!("restart at {percent}%: API server down, then first write"),
                 format!(

@@ -1,12 +1,13 @@
-//! The real API server's audit log (`realkube`'s policy: every request once, at the Metadata level), read
-//! for what the reliability scenarios assert: who wrote what when, from which address, with which answer.
+//! The real API server's audit log (`realkube`'s policy: every request once, at the Metadata level): the
+//! daemon's requests counted by the scenarios on a real control plane, and what the reliability scenarios
+//! assert (who wrote what when, from which address, with which answer).
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use anyhow::Context;
 use serde::Deserialize;
 
-use super::control::parse_time;
 use crate::cluster::DAEMON_USER;
 
 /// The verbs that change something.
@@ -107,7 +108,7 @@ impl AuditLog {
 }
 
 /// The requests of a log's bytes; lines that are not complete events (the one being written) are skipped.
-fn parse(bytes: &[u8]) -> Vec<Request> {
+pub fn parse(bytes: &[u8]) -> Vec<Request> {
     bytes
         .split(|b| *b == b'\n')
         .filter_map(|line| serde_json::from_slice::<Line>(line).ok())
@@ -135,6 +136,14 @@ fn parse(bytes: &[u8]) -> Vec<Request> {
         .collect()
 }
 
+/// An RFC 3339 time (the control endpoint's and the audit log's) on the wall clock.
+pub fn parse_time(text: &str) -> anyhow::Result<SystemTime> {
+    let timestamp: k8s_openapi::jiff::Timestamp = text
+        .parse()
+        .with_context(|| format!("not an RFC 3339 time: {text:?}"))?;
+    Ok(SystemTime::from(timestamp))
+}
+
 /// The first successful write of the daemon received at or after `since`.
 pub fn first_daemon_write(requests: &[Request], since: SystemTime) -> Option<SystemTime> {
     requests
@@ -147,6 +156,7 @@ pub fn first_daemon_write(requests: &[Request], since: SystemTime) -> Option<Sys
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const LOG: &str = r#"{"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:kube-system:cloud-controller-manager"},"sourceIPs":["127.0.0.3"],"objectRef":{"resource":"nodes","name":"n1"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T22:29:48.000001Z"}
 {"kind":"Event","level":"Metadata","stage":"ResponseComplete","verb":"get","user":{"username":"system:serviceaccount:kube-system:cloud-controller-manager"},"sourceIPs":["127.0.0.3"],"objectRef":{"resource":"leases","name":"l"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-27T22:29:47.000001Z"}
@@ -175,5 +185,13 @@ mod tests {
             first_daemon_write(&requests, at("2026-11-27T22:29:49Z")),
             None
         );
+    }
+
+    #[test]
+    fn times_of_go_and_of_the_audit_log_parse() {
+        let go = parse_time("2026-11-27T22:29:48.683010884Z").unwrap();
+        let audit = parse_time("2026-11-27T22:29:48.683010Z").unwrap();
+        assert_eq!(go.duration_since(audit).unwrap(), Duration::from_nanos(884));
+        assert!(parse_time("yesterday").is_err());
     }
 }
