@@ -200,6 +200,9 @@ func (p *faultProxy) handle(client *net.TCPConn) {
 // pumpRequests forwards the client's bytes, each chunk delayed by the latency of the moment it was read.
 func (p *faultProxy) pumpRequests(c *proxiedConn) {
 	chunks := make(chan chunk, 1024)
+	// done ends the reader when the writer stops first (the API server closed its side).
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		defer close(chunks)
 		for {
@@ -209,7 +212,11 @@ func (p *faultProxy) pumpRequests(c *proxiedConn) {
 				if p.dropping(modeCutRequests) {
 					p.lose(c, n)
 				} else {
-					chunks <- chunk{data: buf[:n], read: time.Now()}
+					select {
+					case chunks <- chunk{data: buf[:n], read: time.Now()}:
+					case <-done:
+						return
+					}
 				}
 			}
 			if err != nil {
