@@ -8,7 +8,9 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde::Deserialize;
 
-use crate::cluster::DAEMON_USER;
+/// The identity the daemon's token authenticates as (the ServiceAccount the real control plane gives it; the
+/// in-memory server's token user has the same name).
+pub const DAEMON_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 
 /// The verbs that change something.
 const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];

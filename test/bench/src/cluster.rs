@@ -18,10 +18,10 @@ use kube::Api;
 use kube::api::ListParams;
 use test_apiserver::{TestApiServer, UserInfo};
 
+pub use crate::audit::DAEMON_USER;
+
 /// The bearer token of the daemon's kubeconfig.
 const DAEMON_TOKEN: &str = "ccm-bench-daemon-token";
-/// The identity the daemon's token authenticates as.
-pub const DAEMON_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
 /// Changes kept for watches that resume.
 const HISTORY_WINDOW: usize = 200_000;
 /// How far a watcher may fall behind before the server ends its stream.
