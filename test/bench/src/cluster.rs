@@ -184,12 +184,7 @@ impl Cluster {
             .list(&ListParams::default())
             .await
             .context("cannot list events")?;
-        let occurrences = list
-            .items
-            .iter()
-            .map(|e| e.count.map_or(1, |c| u64::try_from(c).unwrap_or(1).max(1)))
-            .sum();
-        Ok((occurrences, list.items.len() as u64))
+        Ok((occurrences(&list.items), list.items.len() as u64))
     }
 
     /// Stops the server.
@@ -290,6 +285,18 @@ impl RealControlPlane {
             eprintln!("ccm-bench: realkube down failed: {err}");
         }
     }
+}
+
+/// How many times one Event happened: its `count` (an aggregated Event), at least 1.
+pub fn event_occurrences(event: &Event) -> u64 {
+    event
+        .count
+        .map_or(1, |c| u64::try_from(c).unwrap_or(1).max(1))
+}
+
+/// The occurrences of `events` in all.
+pub fn occurrences(events: &[Event]) -> u64 {
+    events.iter().map(event_occurrences).sum()
 }
 
 /// The total of `counts`, leaving out leader election (Leases), which is not per-object work.

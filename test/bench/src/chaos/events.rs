@@ -115,9 +115,7 @@ pub fn by_object(events: &[Event]) -> BTreeMap<String, KindEvents> {
             }
             _ => regarding.name.clone().unwrap_or_default(),
         };
-        let count = event
-            .count
-            .map_or(1, |c| u64::try_from(c).unwrap_or(1).max(1));
+        let count = crate::cluster::event_occurrences(event);
         let object = kinds
             .entry(kind)
             .or_default()

@@ -221,11 +221,7 @@ impl Bed {
         let mut last = (u64::MAX, Instant::now());
         let list = loop {
             let list = events.list(&ListParams::default()).await?;
-            let occurrences = list
-                .items
-                .iter()
-                .map(|e| e.count.map_or(1, |c| u64::try_from(c).unwrap_or(1).max(1)))
-                .sum::<u64>();
+            let occurrences = crate::cluster::occurrences(&list.items);
             if occurrences != last.0 {
                 last = (occurrences, Instant::now());
             } else if last.1.elapsed() >= EVENT_QUIET || started.elapsed() >= EVENT_SETTLE_TIMEOUT {
@@ -277,7 +273,7 @@ impl Bed {
             failures.push(format!(
                 "{} nodes not initialized exactly once (successful patches): {}",
                 wrong.len(),
-                wrong.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                super::first_few(&wrong)
             ));
         }
         Ok(())

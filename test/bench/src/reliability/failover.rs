@@ -265,7 +265,7 @@ fn check_audit(
         report.fail(format!(
             "{} writes of the deposed leader after the new leader's first: {}",
             late.len(),
-            late.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            super::first_few(&late)
         ));
     }
     Ok(took)

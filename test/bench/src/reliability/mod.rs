@@ -81,6 +81,11 @@ impl CaseReport {
     }
 }
 
+/// The first five of `items`, comma-separated, for a failure line.
+pub fn first_few(items: &[String]) -> String {
+    items.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+}
+
 /// A duration in seconds with two decimals (milliseconds below a second).
 pub fn seconds(d: Duration) -> String {
     if d < Duration::from_secs(1) {
