@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::build_info::BuildInfo;
 use crate::client::{
-    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits,
-    SharedConnections, build_client, events_limits, load_config,
+    AUTH_LIMITS, ClientError, LEADER_ELECTION_LIMITS, RateLimitLayer, RateLimits, events_limits,
+    load_config,
 };
+use crate::connections::{SharedConnections, build_client};
 use crate::controllers_flag::SelectedControllers;
 use crate::dry_run::DryRunReport;
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, RenewOutcome};
@@ -621,7 +622,7 @@ fn controller_clients(
     limits: RateLimits,
     base: &ControllerConfig,
 ) -> Result<(kube::Client, kube::Client, Arc<ControllerConfig>), AppError> {
-    let mut connections = SharedConnections::new(kube_config.clone())?;
+    let mut connections = SharedConnections::new(kube_config)?;
     if let Some(log) = &base.dry_run {
         connections = connections.with_dry_run(log.clone());
     }

@@ -18,7 +18,7 @@
 //! ([`with_user_agent`], `cloud_controllers::identity`): the controllers' clients (one per controller,
 //! sharing the controllers' bucket) and their event clients (sharing the events' bucket) by upstream's client
 //! name of the controller, the shared watches as `shared-informers`, leader election as `leader-election`.
-//! The controllers' and event clients share one connection pool ([`SharedConnections`]).
+//! The controllers' and event clients share one connection pool (`crate::connections::SharedConnections`).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -29,15 +29,12 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use cloud_controllers::identity;
-use cloud_provider::DryRunLog;
 use http::header::{HeaderValue, USER_AGENT};
-use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use parking_lot::Mutex;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
-use crate::dry_run;
 use crate::rest_client_metrics::{NO_RESPONSE, RestClientMetrics};
 
 /// A token-bucket budget: `qps` tokens per second, at most `burst` saved up. Both are greater than 0
@@ -121,9 +118,15 @@ pub enum ClientError {
         #[source]
         source: http::uri::InvalidUri,
     },
-    /// kube could not build its HTTP stack (TLS material, proxy settings...).
+    /// kube could not build its HTTP stack (TLS material, credentials...).
     #[error("cannot build the Kubernetes client: {0}")]
     Build(#[source] kube::Error),
+    /// The kubeconfig names a proxy.
+    #[error(
+        "cannot build the Kubernetes client: the kubeconfig's proxy-url {0} is not supported; the \
+         cloud-controller-manager connects to the API server directly"
+    )]
+    Proxy(String),
 }
 
 /// Loads the client configuration: the kubeconfig file if given, else (without `--master`) KUBECONFIG,
@@ -171,102 +174,6 @@ pub fn with_user_agent(mut config: kube::Config, client_name: &str) -> kube::Con
         config.headers.push((USER_AGENT, value));
     }
     config
-}
-
-/// Builds a client named `client_name` from `config` whose requests pass through a token bucket of its own
-/// with `limits`.
-pub fn build_client(
-    config: kube::Config,
-    limits: RateLimits,
-    client_name: &str,
-) -> Result<kube::Client, ClientError> {
-    let limiter = RateLimitLayer::new(limits).for_server(&config.cluster_url);
-    let builder = ClientBuilder::try_from(with_user_agent(config, client_name))
-        .map_err(ClientError::Build)?;
-    Ok(builder.with_layer(&limiter).build())
-}
-
-/// One connection pool for many named clients: each client sends through the same base client (its TLS
-/// configuration, credentials and connections) with its own `User-Agent` and the token bucket of the
-/// [`RateLimitLayer`] it is given. Naming every controller's client like upstream's then costs no
-/// connection of its own.
-#[derive(Clone)]
-pub struct SharedConnections {
-    base: kube::Client,
-    namespace: String,
-    dry_run: Option<DryRunLog>,
-}
-
-impl std::fmt::Debug for SharedConnections {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedConnections")
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SharedConnections {
-    /// The base client for `config` (its own `User-Agent` header, if any, is replaced per client).
-    pub fn new(config: kube::Config) -> Result<Self, ClientError> {
-        let namespace = config.default_namespace.clone();
-        let base = ClientBuilder::try_from(config)
-            .map_err(ClientError::Build)?
-            .build();
-        Ok(SharedConnections {
-            base,
-            namespace,
-            dry_run: None,
-        })
-    }
-
-    /// From now on, the clients made send every write with `dryRun=All` and record it in `log`
-    /// ([`crate::dry_run::api`]).
-    pub fn with_dry_run(mut self, log: DryRunLog) -> Self {
-        self.dry_run = Some(log);
-        self
-    }
-
-    /// A client named `client_name` whose requests pass through `limiter`. Must be called inside a Tokio
-    /// runtime (kube's client spawns its request buffer).
-    pub fn client(&self, limiter: &RateLimitLayer, client_name: &str) -> kube::Client {
-        let named = SendThrough {
-            base: self.base.clone(),
-            user_agent: HeaderValue::from_str(&identity::user_agent(client_name)).ok(),
-            dry_run: self.dry_run.clone(),
-        };
-        kube::Client::new(limiter.layer(named), self.namespace.clone())
-    }
-}
-
-/// Sends a request through a base client with a `User-Agent` of its own.
-#[derive(Clone)]
-struct SendThrough {
-    base: kube::Client,
-    user_agent: Option<HeaderValue>,
-    dry_run: Option<DryRunLog>,
-}
-
-impl Service<http::Request<kube::client::Body>> for SendThrough {
-    type Response = http::Response<kube::client::Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: http::Request<kube::client::Body>) -> Self::Future {
-        if let Some(agent) = &self.user_agent {
-            request.headers_mut().insert(USER_AGENT, agent.clone());
-        }
-        let base = self.base.clone();
-        match &self.dry_run {
-            Some(log) if dry_run::api::is_write(request.method()) => {
-                Box::pin(dry_run::api::send_write(base, log.clone(), request))
-            }
-            _ => Box::pin(async move { base.send(request).await }),
-        }
-    }
 }
 
 /// A token bucket shared by every clone of a [`RateLimitLayer`].

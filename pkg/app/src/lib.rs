@@ -29,6 +29,7 @@ pub mod app;
 pub mod build_info;
 pub mod client;
 pub mod configz;
+pub mod connections;
 pub mod controllers_flag;
 pub mod dry_run;
 pub mod duration;
@@ -53,9 +54,39 @@ pub use validation::{AppConfig, ValidationErrors, validate};
 /// Exit code for usage errors (bad flags), as clap uses.
 pub const EXIT_USAGE: u8 = 2;
 
-/// Builds a multi-threaded tokio runtime and runs [`run`] on it. This is the whole `main` of a daemon.
+/// The environment variable that sets the runtime's worker threads (tokio's own name).
+pub const WORKER_THREADS_VAR: &str = "TOKIO_WORKER_THREADS";
+/// The runtime's worker threads unless [`WORKER_THREADS_VAR`] says otherwise. The daemon waits on the API
+/// server and the cloud nearly all the time; with a second worker it spent a fifth more CPU, most of it
+/// waking the other thread for each response (test/bench/README.md, "One worker thread").
+pub const DEFAULT_WORKER_THREADS: usize = 1;
+
+/// The worker threads for the value of [`WORKER_THREADS_VAR`] (`None`: unset).
+pub fn worker_threads(value: Option<&str>) -> Result<usize, String> {
+    match value {
+        None => Ok(DEFAULT_WORKER_THREADS),
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(threads) if threads > 0 => Ok(threads),
+            _ => Err(format!(
+                "{WORKER_THREADS_VAR} must be a whole number greater than 0, not {text:?}"
+            )),
+        },
+    }
+}
+
+/// Builds a multi-threaded tokio runtime ([`worker_threads`]) and runs [`run`] on it. This is the whole
+/// `main` of a daemon.
 pub fn run_main(registry: cloud_provider::Registry) -> ExitCode {
+    let value = std::env::var_os(WORKER_THREADS_VAR);
+    let threads = match worker_threads(value.as_ref().map(|v| v.to_string_lossy()).as_deref()) {
+        Ok(threads) => threads,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
         .enable_all()
         .thread_name("ccm-worker")
         .build()
@@ -215,6 +246,17 @@ pub fn version_text(program: &str, providers: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worker_threads_default_to_one_and_follow_the_variable() {
+        assert_eq!(worker_threads(None), Ok(1));
+        assert_eq!(worker_threads(Some("4")), Ok(4));
+        assert_eq!(worker_threads(Some(" 2 ")), Ok(2));
+        for bad in ["0", "", "two", "-1"] {
+            let err = worker_threads(Some(bad)).unwrap_err();
+            assert!(err.contains("TOKIO_WORKER_THREADS"), "{err}");
+        }
+    }
 
     #[test]
     fn version_lists_providers() {

@@ -31,7 +31,6 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube::api::PostParams;
-use kube::client::ClientBuilder;
 use parking_lot::RwLock;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -39,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use crate::client::{ClientError, RateLimitLayer, RateLimits, with_user_agent};
+use crate::connections::http_stack;
 
 /// The namespace of the controllers' ServiceAccounts.
 pub const NAMESPACE: &str = "kube-system";
@@ -413,11 +413,9 @@ pub fn service_account_client(
     let mut config = with_user_agent(base.clone(), client_name);
     config.auth_info = kube::config::AuthInfo::default();
     config.headers.retain(|(name, _)| *name != AUTHORIZATION);
-    let builder = ClientBuilder::try_from(config).map_err(ClientError::Build)?;
-    Ok(builder
-        .with_layer(&BearerTokenLayer::new(token))
-        .with_layer(&limiter)
-        .build())
+    let namespace = config.default_namespace.clone();
+    let stack = BearerTokenLayer::new(token).layer(http_stack(&config)?);
+    Ok(kube::Client::new(limiter.layer(stack), namespace))
 }
 
 /// Why the controllers' credentials could not be set up.
