@@ -51,6 +51,9 @@ func runEtcd(args []string) error {
 	cfg.LogLevel = "warn"
 	// A test cluster's data is thrown away after the run: skip fsync, as envtest-style setups do.
 	cfg.UnsafeNoFsync = true
+	// Room for the scale benchmarks (100,000 nodes and their events, with history until the API server's
+	// compaction) beyond etcd's 2 GiB default; the data lives on disk, not in a memory quota.
+	cfg.QuotaBackendBytes = 8 << 30
 
 	server, err := embed.StartEtcd(cfg)
 	if err != nil {
