@@ -29,6 +29,9 @@ type config struct {
 	Volumes               []volumeConfig         `json:"volumes"`
 	Seed                  uint64                 `json:"seed"`
 	Faults                map[string]faultConfig `json:"faults"`
+	// PreciseLatency asks the Rust fake to wake each call at its deadline instead of on its runtime's
+	// millisecond timer; Go's time.Sleep already does, so it changes nothing here.
+	PreciseLatency bool `json:"preciseLatency"`
 }
 
 type instanceConfig struct {

@@ -127,6 +127,16 @@ impl Cluster {
         }
     }
 
+    /// CPU seconds the real control plane's kube-apiserver and etcd have used so far (none on the
+    /// in-memory API server, which runs in the benchmark's own process).
+    pub fn control_plane_cpu(&self) -> Option<ControlPlaneCpu> {
+        let dir = self.real_dir()?;
+        Some(ControlPlaneCpu {
+            api_server: component_cpu_seconds(dir, "kube-apiserver")?,
+            etcd: component_cpu_seconds(dir, "etcd")?,
+        })
+    }
+
     /// The kubeconfig for the daemon (its own token and identity).
     pub fn daemon_kubeconfig(&self) -> &Path {
         &self.daemon_kubeconfig
@@ -285,6 +295,36 @@ impl RealControlPlane {
             eprintln!("ccm-bench: realkube down failed: {err}");
         }
     }
+}
+
+/// CPU seconds of the real control plane's processes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ControlPlaneCpu {
+    /// kube-apiserver's.
+    pub api_server: f64,
+    /// etcd's.
+    pub etcd: f64,
+}
+
+/// The CPU seconds of the control plane `dir`'s `component`: the process `realkube` runs as
+/// `realkube COMPONENT ...` with `dir` in its flags.
+fn component_cpu_seconds(dir: &Path, component: &str) -> Option<f64> {
+    let dir = dir.to_str()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let runs_component = args.get(1) == Some(&component.as_bytes());
+            let of_this_plane = args
+                .iter()
+                .any(|arg| std::str::from_utf8(arg).is_ok_and(|arg| arg.contains(dir)));
+            (runs_component && of_this_plane)
+                .then(|| crate::daemon::process_cpu_seconds(pid))
+                .flatten()
+        })
 }
 
 /// How many times one Event happened: its `count` (an aggregated Event), at least 1.

@@ -111,10 +111,14 @@ struct Args {
     /// The daemon binary (default: target/release/cloud-controller-manager).
     #[arg(long)]
     daemon: Option<PathBuf>,
-    /// k8s.io/cloud-provider's CCM (hack/upstream, `make upstream`): scenarios a, b and c run with it too,
-    /// on the same API server and fake cloud, and a table gives ours / upstream.
+    /// k8s.io/cloud-provider's CCM (hack/upstream, `make upstream`): scenarios a, b, c, e, e-start and
+    /// e-pass run with it too, on the same API server and fake cloud, and a table gives ours / upstream.
     #[arg(long)]
     upstream: Option<PathBuf>,
+    /// Longest wait of the upstream runs, in seconds (default: --timeout): a capped run reports how far it
+    /// got.
+    #[arg(long)]
+    upstream_timeout: Option<u64>,
     /// Run every scenario on a real control plane started for it with this `hack/realkube` binary
     /// (`make realkube`: target/realkube/bin/realkube) instead of the in-memory API server.
     #[arg(long)]
@@ -139,6 +143,11 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 }
 
 impl Args {
+    /// The cap of each upstream run.
+    fn upstream_timeout(&self) -> Duration {
+        Duration::from_secs(self.upstream_timeout.unwrap_or(self.timeout))
+    }
+
     /// The settings of every run.
     fn run_settings(&self) -> RunSettings {
         RunSettings {
@@ -151,6 +160,7 @@ impl Args {
             event_drain: Duration::from_secs(self.event_drain),
             create_concurrency: self.create_concurrency,
             sigterm_death_is_clean: false,
+            logs_pass_end: true,
         }
     }
 
@@ -255,7 +265,7 @@ async fn main() -> anyhow::Result<()> {
                 .collect();
             run_all(
                 &compared,
-                &upstream_settings(&settings, binary)?,
+                &upstream_settings(&settings, binary, args.upstream_timeout())?,
                 " (upstream)",
             )
             .await
@@ -357,9 +367,9 @@ async fn run_reliability(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The scenarios the upstream CCM runs too (the node scenarios; the fake cloud of k8s.io/cloud-provider is
-/// not safe for concurrent load-balancer syncs).
-const UPSTREAM_SCENARIOS: &[&str] = &["a", "b", "c"];
+/// The scenarios the upstream CCM runs too (the node scenarios, at 5,000 and at 100,000 nodes; the fake
+/// cloud of k8s.io/cloud-provider is not safe for concurrent load-balancer syncs).
+const UPSTREAM_SCENARIOS: &[&str] = &["a", "b", "c", "e", "e-start", "e-pass"];
 
 /// Runs `scenarios` one after the other, `label` appended to their titles.
 async fn run_all(scenarios: &[Scenario], settings: &RunSettings, label: &str) -> Vec<Outcome> {
@@ -381,8 +391,13 @@ async fn run_all(scenarios: &[Scenario], settings: &RunSettings, label: &str) ->
 }
 
 /// The settings of the upstream runs: its binary, the same extra flags, and on the in-memory API server
-/// (which does not speak protobuf, client-go's default for controller managers) the JSON content type.
-fn upstream_settings(ours: &RunSettings, binary: &std::path::Path) -> anyhow::Result<RunSettings> {
+/// (which does not speak protobuf, client-go's default for controller managers) the JSON content type;
+/// `timeout` caps each of its scenarios.
+fn upstream_settings(
+    ours: &RunSettings,
+    binary: &std::path::Path,
+    timeout: Duration,
+) -> anyhow::Result<RunSettings> {
     if !binary.is_file() {
         bail!(
             "the upstream CCM {} does not exist; build it with `make upstream`",
@@ -398,6 +413,8 @@ fn upstream_settings(ours: &RunSettings, binary: &std::path::Path) -> anyhow::Re
         binary: binary.to_path_buf(),
         extra_flags,
         sigterm_death_is_clean: true,
+        logs_pass_end: false,
+        timeout,
         ..ours.clone()
     })
 }

@@ -18,6 +18,7 @@
 //! Every cloud call of the fake provider takes `--latency-ms` (20 ms).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -26,7 +27,9 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use crate::cluster::{Cluster, describe_requests, event_requests, total_without_leases};
+use crate::cluster::{
+    Cluster, ControlPlaneCpu, describe_requests, event_requests, total_without_leases,
+};
 use crate::daemon::{Daemon, DaemonSpec, process_cpu_seconds};
 use crate::fake_admin::{FakeAdmin, free_port};
 use crate::report::{Outcome, percentile};
@@ -351,6 +354,9 @@ pub struct RunSettings {
     /// Whether dying of the SIGTERM that stops it counts as a clean stop (the Go peer's runtime does not
     /// handle the signal; ours must exit 0).
     pub sigterm_death_is_clean: bool,
+    /// Whether the daemon logs the end of each lifecycle pass (ours does at debug level; upstream's logs
+    /// nothing there, so its `e-start` ends when its node informer logs that it holds every node).
+    pub logs_pass_end: bool,
 }
 
 /// Objects created by the benchmark and when each create request was sent.
@@ -389,12 +395,25 @@ where
             .await;
         return results.into_iter().collect();
     }
+    // Paced, with at most `concurrency` requests in flight: a real API server that answers more slowly
+    // than the pace slows the creation down instead of piling up connections.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let start = tokio::time::Instant::now();
     let first = indexes.start;
     let mut tasks = tokio::task::JoinSet::new();
     for i in indexes {
         tokio::time::sleep_until(start + Duration::from_secs_f64((i - first) as f64 / rate)).await;
-        tasks.spawn(create(i));
+        let permit = in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .context("the create semaphore closed")?;
+        let request = create(i);
+        tasks.spawn(async move {
+            let created = request.await;
+            drop(permit);
+            created
+        });
     }
     let mut created = Created::new();
     while let Some(joined) = tasks.join_next().await {
@@ -474,6 +493,8 @@ pub(crate) struct DaemonExtras {
     pub secure_port: u16,
     /// Environment variables besides the run's.
     pub env: Vec<(String, String)>,
+    /// Flags besides the scenario's and the run's.
+    pub flags: Vec<String>,
 }
 
 /// Starts the daemon with the scenario's flags and a fake cloud whose admin API listens on a free port.
@@ -503,6 +524,7 @@ pub(crate) fn start_daemon(
     .context("cannot write the cloud config")?;
     let mut flags = scenario.daemon_flags();
     flags.extend(settings.extra_flags.iter().cloned());
+    flags.extend(extras.flags);
     let mut env = settings.extra_env.clone();
     env.extend(extras.env);
     let spec = DaemonSpec {
@@ -533,17 +555,40 @@ pub(crate) struct Span {
     pub daemon_cpu: f64,
     /// The benchmark's own CPU seconds at the start.
     pub own_cpu: f64,
+    /// The real control plane's CPU seconds at the start.
+    pub control_plane_cpu: Option<ControlPlaneCpu>,
 }
 
 impl Span {
     /// A span starting now.
-    pub(crate) fn now(daemon: &Daemon) -> Span {
+    pub(crate) fn now(daemon: &Daemon, cluster: &Cluster) -> Span {
         Span {
             start: Instant::now(),
             created: Created::new(),
             daemon_cpu: daemon.cpu_seconds().unwrap_or(0.0),
             own_cpu: process_cpu_seconds(std::process::id()).unwrap_or(0.0),
+            control_plane_cpu: cluster.control_plane_cpu(),
         }
+    }
+
+    /// What the benchmark process and, on a real control plane, kube-apiserver and etcd used of the CPU
+    /// since the start.
+    pub(crate) fn cpu_notes(&self, cluster: &Cluster) -> Vec<String> {
+        let mut notes = vec![format!(
+            "the benchmark process (API server when in memory, workload, watch) used {:.2} s of CPU over \
+             the same span",
+            process_cpu_seconds(std::process::id()).unwrap_or(0.0) - self.own_cpu
+        )];
+        if let (Some(start), Some(now)) = (self.control_plane_cpu, cluster.control_plane_cpu()) {
+            notes.push(format!(
+                "the control plane used {:.2} s of CPU over the same span: kube-apiserver {:.2} s, etcd \
+                 {:.2} s",
+                now.api_server - start.api_server + now.etcd - start.etcd,
+                now.api_server - start.api_server,
+                now.etcd - start.etcd
+            ));
+        }
+        notes
     }
 }
 
@@ -570,7 +615,7 @@ async fn create_workload(
         .reset_calls()
         .await
         .context("cannot reset the fake cloud's call counters")?;
-    let mut span = Span::now(daemon);
+    let mut span = Span::now(daemon, cluster);
     eprintln!("[{}] creating {} objects", scenario.id, scenario.objects);
     let client = cluster.client();
     let (rate, concurrency) = (scenario.create_rate, settings.create_concurrency);
@@ -764,7 +809,7 @@ pub(crate) async fn run_on(
     let extras = DaemonExtras::default();
     let (mut daemon, admin) = start_daemon(scenario, settings, cluster, dir, &explicit, extras)?;
     let (span, pass_calls) = if scenario.kind == Kind::Lifecycle {
-        let mut span = Span::now(&daemon);
+        let mut span = Span::now(&daemon, cluster);
         span.start = wait_for_pass_start(&mut daemon, &admin).await?;
         span.daemon_cpu = 0.0;
         notes.push(format!(
@@ -784,6 +829,7 @@ pub(crate) async fn run_on(
     let all_done = tracker.wait_all(deadline).await;
     daemon.check_running()?;
     let mut outcome = completion_figures(scenario, &tracker, &span, all_done, &daemon, &mut notes);
+    notes.extend(span.cpu_notes(cluster));
     record_traffic(cluster, &admin, &mut outcome).await;
     if let Some(timeline) = pass_calls {
         let (completions, timeline) = (tracker.completions(), timeline.stop().await);
@@ -869,10 +915,6 @@ fn completion_figures(
     } else {
         finished - span.start
     };
-    notes.push(format!(
-        "the benchmark process (API server, workload, watch) used {:.2} s of CPU over the same span",
-        process_cpu_seconds(std::process::id()).unwrap_or(0.0) - span.own_cpu
-    ));
     if scenario.kind == Kind::NodeInit {
         let arrival = match scenario.create_rate {
             rate if rate > 0.0 => {
