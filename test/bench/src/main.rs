@@ -35,7 +35,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 
 use crate::report::Outcome;
-use crate::scenario::{Kind, RunSettings, Scenario};
+use crate::scenario::{DaemonKind, Kind, RunSettings, Scenario};
 
 /// Whole-process benchmarks of the cloud-controller-manager (the daemon runs as a separate process
 /// against an in-memory API server, with the fake cloud provider).
@@ -159,8 +159,7 @@ impl Args {
             timeout: Duration::from_secs(self.timeout),
             event_drain: Duration::from_secs(self.event_drain),
             create_concurrency: self.create_concurrency,
-            sigterm_death_is_clean: false,
-            logs_pass_end: true,
+            daemon_kind: DaemonKind::Ours,
         }
     }
 
@@ -412,8 +411,7 @@ fn upstream_settings(
     Ok(RunSettings {
         binary: binary.to_path_buf(),
         extra_flags,
-        sigterm_death_is_clean: true,
-        logs_pass_end: false,
+        daemon_kind: DaemonKind::Upstream,
         timeout,
         ..ours.clone()
     })

@@ -22,8 +22,8 @@ use crate::daemon::Daemon;
 use crate::fake_admin::{FakeAdmin, free_port};
 use crate::report::{Outcome, format_duration};
 use crate::scenario::{
-    DaemonExtras, RunSettings, Scenario, Span, create_initialized_nodes, create_objects,
-    drain_events, memory_kib, record_traffic, start_daemon, stop_daemon, thousands,
+    DaemonExtras, DaemonKind, RunSettings, Scenario, Span, create_initialized_nodes,
+    create_objects, drain_events, memory_kib, record_traffic, start_daemon, stop_daemon, thousands,
     wait_for_informers,
 };
 use crate::tracker::{Goal, Tracker};
@@ -64,10 +64,9 @@ pub async fn run_startup(
     create_initialized_nodes(cluster, nodes, true, settings.create_concurrency).await?;
     cluster.clear_requests();
     let port = free_port()?;
-    let (end_line, flags) = if settings.logs_pass_end {
-        (PASS_FINISHED, Vec::new())
-    } else {
-        (UPSTREAM_NODES_LISTED, vec!["--v=2".to_string()])
+    let (end_line, flags) = match settings.daemon_kind {
+        DaemonKind::Ours => (PASS_FINISHED, Vec::new()),
+        DaemonKind::Upstream => (UPSTREAM_NODES_LISTED, vec!["--v=2".to_string()]),
     };
     let extras = DaemonExtras {
         secure_port: port,
@@ -145,7 +144,10 @@ impl StartupMilestones {
         };
         vec![
             at("/healthz answered 200", self.serving),
-            at("node watch opened (every node listed)", self.listed),
+            at(
+                "node watch opened (after the list; a streaming list opens it first)",
+                self.listed,
+            ),
             at(
                 &format!("first lifecycle pass finished (log line `{end_line}`)"),
                 self.pass_finished,
