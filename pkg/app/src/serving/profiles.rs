@@ -495,16 +495,23 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cpu_profile_samples_this_process() {
-        let busy = std::thread::spawn(|| {
-            let started = std::time::Instant::now();
-            let mut x = 0u64;
-            while started.elapsed() < Duration::from_millis(1500) {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        // Busy until the profile is taken: starting the profiler can itself take seconds on a loaded
+        // machine (it symbolizes one backtrace of this debug binary first).
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy = std::thread::spawn({
+            let done = done.clone();
+            move || {
+                let mut x = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                x
             }
-            x
         });
-        let profile = cpu(1).await.unwrap();
+        let profile = cpu(1).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
         busy.join().unwrap();
+        let profile = profile.unwrap();
         let top = fields(&profile);
         assert!(
             top.iter().any(|(n, _)| *n == 2),
