@@ -4,10 +4,11 @@
 //! The stack ([`http_stack`]) is kube's, layer for layer: the cluster URL, the retries of 429, 503 and 504
 //! that honour `Retry-After` (`default_retry`), the kubeconfig's credentials and extra headers, and the
 //! connect, read and write timeouts, over one hyper client with the kubeconfig's TLS settings, speaking
-//! HTTP/1.1 as kube's does; only the tracing span kube opens per request (at debug level) is left out. Where kube's client hands every request to a buffer task before its stack, this
-//! stack is cloned instead, so a named client ([`SharedConnections::client`]) reaches its connection with one
-//! task hand-off fewer per request (test/bench/README.md has the figures, and those of HTTP/2, which gained
-//! the daemon nothing and cost the API server more).
+//! HTTP/1.1 as kube's does; only the tracing span kube opens per request (at debug level) is left out.
+//! Where kube's client hands every request to a buffer task before its stack, this stack is cloned
+//! instead, so a named client ([`SharedConnections::client`]) reaches its connection with one task
+//! hand-off fewer per request (test/bench/README.md has the figures, and those of HTTP/2, which gained the
+//! daemon nothing and cost the API server more).
 //!
 //! A kubeconfig with a `proxy-url` is refused: the clients connect to the API server directly.
 
