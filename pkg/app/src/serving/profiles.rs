@@ -107,6 +107,7 @@ pub async fn cpu(seconds: u64) -> Result<Vec<u8>, ProfileError> {
 
 #[cfg(unix)]
 fn cpu_blocking(duration: Duration) -> Result<Vec<u8>, ProfileError> {
+    prepare_unwinder()?;
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(CPU_FREQUENCY)
         .blocklist(&["libc", "libgcc", "pthread", "vdso"])
@@ -117,6 +118,8 @@ fn cpu_blocking(duration: Duration) -> Result<Vec<u8>, ProfileError> {
         .report()
         .build()
         .map_err(|err| ProfileError::Write(err.to_string()));
+    // Sampling stops before the clean-up below, which is not part of what was asked for.
+    drop(guard);
     // The symbolizer keeps the debug information it read (tens of MiB) until told otherwise.
     backtrace::clear_symbol_cache();
     let report = report?;
@@ -157,6 +160,34 @@ fn cpu_blocking(duration: Duration) -> Result<Vec<u8>, ProfileError> {
         report.timing.duration,
         report.timing.frequency,
     ))
+}
+
+/// Builds pprof-rs's stack unwinder, once per process, before the first real sample.
+///
+/// pprof-rs builds it (reading every loaded object's unwind tables, allocating megabytes) the first
+/// time its SIGPROF handler runs, inside the handler. When that first signal interrupted a thread in
+/// the allocator, holding its lock, the handler waited for that lock forever and the whole process hung.
+/// Here the first sample is this thread's own, raised at a point where it holds no lock: a throwaway
+/// profile, with nothing blocklisted (the raise is in libc) and a timer too slow (1 Hz of CPU time) to
+/// fire before the raise does; stopping it drops its one sample.
+#[cfg(unix)]
+fn prepare_unwinder() -> Result<(), ProfileError> {
+    static PREPARED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if PREPARED.get().is_some() {
+        return Ok(());
+    }
+    let guard = pprof::ProfilerGuardBuilder::default()
+        .frequency(1)
+        .build()
+        .map_err(|err| ProfileError::CpuBusy(err.to_string()))?;
+    // Only this thread is signalled, and the profiler's handler is installed.
+    let raised = nix::sys::signal::raise(nix::sys::signal::Signal::SIGPROF);
+    drop(guard);
+    raised.map_err(|err| {
+        ProfileError::CpuBusy(format!("cannot prepare the stack unwinder: {err}"))
+    })?;
+    let _ = PREPARED.set(());
+    Ok(())
 }
 
 #[cfg(not(unix))]
